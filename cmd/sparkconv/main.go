@@ -1,0 +1,96 @@
+// Command sparkconv converts Spark-X2.5 checkpoints into what edge runtimes
+// load (GPTQ W4A8, tinygemm W4A16, compressed-tensors W8A8, ONNX decode
+// steps) and proves that what it wrote is faithful.
+//
+// Each subcommand lives in its own file and registers itself on rootCmd in
+// an init function; this file holds only the root and the shared plumbing.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// jsonOut is the global --json flag: machine-readable summary on stdout.
+var jsonOut bool
+
+var rootCmd = &cobra.Command{
+	Use:           "sparkconv",
+	Short:         "Convert Spark-X2.5 checkpoints for edge runtimes and prove the result faithful",
+	SilenceUsage:  true,
+	SilenceErrors: true,
+}
+
+func init() {
+	rootCmd.PersistentFlags().BoolVar(&jsonOut, "json", false, "print a machine-readable JSON summary on stdout")
+	rootCmd.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the sparkconv version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if jsonOut {
+				return printJSON(map[string]string{"version": version})
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "sparkconv", version)
+			return nil
+		},
+	})
+}
+
+// printJSON writes v as indented JSON on stdout.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// usageError marks errors in how the command was called (exit status 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns an error that exits with status 2.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error to the process exit status: 0 success, 2 usage,
+// 130 interrupted, 1 everything else.
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, context.Canceled):
+		return 130
+	case errors.As(err, &ue):
+		return 2
+	default:
+		return 1
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	err := rootCmd.ExecuteContext(ctx)
+	if err != nil {
+		if jsonOut {
+			_ = printJSON(map[string]string{"error": err.Error()})
+		}
+		fmt.Fprintln(os.Stderr, "sparkconv:", err)
+	}
+	os.Exit(exitCode(err))
+}

@@ -1,0 +1,201 @@
+package safetensors
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	st "github.com/nlpodyssey/safetensors"
+
+	"sparkconv/dtype"
+)
+
+// Tensor is one tensor to write. Produce is called once, when the writer
+// reaches the tensor, so a converter holds only the tensor in flight.
+type Tensor struct {
+	Name    string
+	DType   dtype.DType
+	Shape   []int64
+	Produce func() ([]byte, error)
+}
+
+// Bytes is the tensor's data size.
+func (t Tensor) Bytes() int64 {
+	n := int64(t.DType.Size())
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// WriteOptions control WriteCheckpoint.
+type WriteOptions struct {
+	// MaxShardSize splits the checkpoint into shards of at most this many
+	// tensor bytes (a single larger tensor gets a shard of its own); 0 means
+	// one file.
+	MaxShardSize int64
+	// Metadata is each shard's __metadata__ (e.g. {"format": "pt"}).
+	Metadata map[string]string
+	// Done, if set, is called after each tensor is written.
+	Done func(t Tensor)
+}
+
+// WriteCheckpoint writes tensors into dir as model.safetensors, or as
+// model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json
+// when they exceed MaxShardSize. Tensors go into shards in the given order;
+// within a shard the order is the reference library's (descending dtype
+// alignment, then name). Files are fsynced. It returns the file names written.
+func WriteCheckpoint(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) {
+	shards := planShards(tensors, opt.MaxShardSize)
+	if len(shards) == 1 {
+		if err := writeFile(filepath.Join(dir, SingleFile), shards[0], opt); err != nil {
+			return nil, err
+		}
+		return []string{SingleFile}, nil
+	}
+	idx := Index{Metadata: map[string]any{}, WeightMap: map[string]string{}}
+	var files []string
+	var total int64
+	for i, shard := range shards {
+		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+		if err := writeFile(filepath.Join(dir, name), shard, opt); err != nil {
+			return nil, err
+		}
+		for _, t := range shard {
+			idx.WeightMap[t.Name] = name
+			total += t.Bytes()
+		}
+		files = append(files, name)
+	}
+	idx.Metadata["total_size"] = total
+	data, err := json.MarshalIndent(idx, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteFileSync(filepath.Join(dir, IndexFile), append(data, '\n')); err != nil {
+		return nil, err
+	}
+	return append(files, IndexFile), nil
+}
+
+func planShards(tensors []Tensor, max int64) [][]Tensor {
+	var shards [][]Tensor
+	var cur []Tensor
+	var size int64
+	for _, t := range tensors {
+		if max > 0 && len(cur) > 0 && size+t.Bytes() > max {
+			shards = append(shards, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, t)
+		size += t.Bytes()
+	}
+	return append(shards, cur)
+}
+
+// lazyView adapts a Tensor to nlpodyssey's View; Data runs Produce.
+type lazyView struct {
+	t    Tensor
+	sink *errSink
+	opt  *WriteOptions
+}
+
+func (v lazyView) DType() st.DType {
+	d, _ := st.ParseDType(string(v.t.DType))
+	return d
+}
+
+func (v lazyView) Shape() []uint64 {
+	s := make([]uint64, len(v.t.Shape))
+	for i, d := range v.t.Shape {
+		s[i] = uint64(d)
+	}
+	return s
+}
+
+func (v lazyView) DataLen() uint64 { return uint64(v.t.Bytes()) }
+
+func (v lazyView) Data() []byte {
+	if v.sink.err != nil {
+		return nil
+	}
+	b, err := v.t.Produce()
+	if err == nil && int64(len(b)) != v.t.Bytes() {
+		err = fmt.Errorf("produced %d bytes for %s%v, want %d", len(b), v.t.DType, v.t.Shape, v.t.Bytes())
+	}
+	if err != nil {
+		v.sink.err = fmt.Errorf("tensor %q: %w", v.t.Name, err)
+		return nil
+	}
+	if v.opt.Done != nil {
+		defer v.opt.Done(v.t)
+	}
+	return b
+}
+
+// errSink is an io.Writer that refuses writes once a tensor failed, so
+// SerializeToWriter stops at the first error.
+type errSink struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errSink) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return e.w.Write(p)
+}
+
+func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	sink := &errSink{w: bw}
+	views := make(map[string]lazyView, len(tensors))
+	for _, t := range tensors {
+		if _, err := dtype.Parse(string(t.DType)); err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", path, t.Name, err)
+		}
+		views[t.Name] = lazyView{t: t, sink: sink, opt: &opt}
+	}
+	if err := st.SerializeToWriter(views, opt.Metadata, sink); err != nil {
+		if sink.err != nil {
+			err = sink.err
+		}
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if sink.err != nil {
+		return fmt.Errorf("%s: %w", path, sink.err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// WriteFileSync creates path (which must not exist), writes data and fsyncs.
+func WriteFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}

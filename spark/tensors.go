@@ -1,0 +1,203 @@
+package spark
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"sparkconv/safetensors"
+)
+
+// Tensor names of a Spark checkpoint.
+const (
+	EmbedName = "model.embed_tokens.weight"
+	NormName  = "model.norm.weight"
+	HeadName  = "lm_head.weight"
+)
+
+// The per-layer modules, relative to model.layers.{i}.
+const (
+	InputNorm = "input_layernorm"
+	QKV       = "self_attn.q_k_v_proj"
+	GateProj  = "self_attn.g_proj" // the head-wise output gate
+	OProj     = "self_attn.o_proj"
+	PostNorm  = "post_attention_layernorm"
+	MLPGate   = "mlp.gate_proj"
+	MLPUp     = "mlp.up_proj"
+	MLPDown   = "mlp.down_proj"
+)
+
+// QuantLinears are the 5 large linears of every layer that the weight
+// formats quantize (g_proj stays in full precision everywhere).
+var QuantLinears = []string{QKV, OProj, MLPGate, MLPUp, MLPDown}
+
+// Kind classifies a tensor for the converters.
+type Kind int
+
+// Tensor kinds.
+const (
+	KindEmbedding Kind = iota
+	KindNorm
+	KindLinear // one of QuantLinears
+	KindGate   // g_proj
+	KindHead   // lm_head (untied)
+)
+
+// TensorSpec is one tensor a checkpoint must hold.
+type TensorSpec struct {
+	Name  string
+	Shape []int64
+	Kind  Kind
+	Layer int // -1 for model-level tensors
+}
+
+// Module is the name without ".weight" (the prefix of quantized tensors).
+func (s TensorSpec) Module() string { return strings.TrimSuffix(s.Name, ".weight") }
+
+// LayerModule returns "model.layers.{i}.{module}".
+func LayerModule(i int, module string) string {
+	return fmt.Sprintf("model.layers.%d.%s", i, module)
+}
+
+// LayerWeight returns "model.layers.{i}.{module}.weight".
+func LayerWeight(i int, module string) string { return LayerModule(i, module) + ".weight" }
+
+// HeadWeight names the tensor the output head reads: lm_head.weight when
+// untied, the embedding when tied.
+func (c *Config) HeadWeight() string {
+	if c.TieWordEmbeddings {
+		return EmbedName
+	}
+	return HeadName
+}
+
+// Tensors lists every tensor the config implies, in checkpoint order
+// (embedding, layers, final norm, head).
+func (c *Config) Tensors() []TensorSpec {
+	h, inter := int64(c.HiddenSize), int64(c.IntermediateSize)
+	qkv := int64(c.QDim() + 2*c.KVDim())
+	specs := []TensorSpec{{EmbedName, []int64{int64(c.VocabSize), h}, KindEmbedding, -1}}
+	for i := range c.NumLayers {
+		add := func(m string, k Kind, shape ...int64) {
+			specs = append(specs, TensorSpec{LayerWeight(i, m), shape, k, i})
+		}
+		add(InputNorm, KindNorm, h)
+		add(QKV, KindLinear, qkv, h)
+		add(GateProj, KindGate, int64(c.NumHeads), h)
+		add(OProj, KindLinear, h, int64(c.QDim()))
+		add(PostNorm, KindNorm, h)
+		add(MLPGate, KindLinear, inter, h)
+		add(MLPUp, KindLinear, inter, h)
+		add(MLPDown, KindLinear, h, inter)
+	}
+	specs = append(specs, TensorSpec{NormName, []int64{h}, KindNorm, -1})
+	if !c.TieWordEmbeddings {
+		specs = append(specs, TensorSpec{HeadName, []int64{int64(c.VocabSize), h}, KindHead, -1})
+	}
+	return specs
+}
+
+// shapeNote explains how an expected shape follows from the config.
+func (c *Config) shapeNote(s TensorSpec) string {
+	switch {
+	case strings.HasSuffix(s.Name, QKV+".weight"):
+		return fmt.Sprintf(" (rows = num_attention_heads*head_dim + 2*num_key_value_heads*head_dim = %d*%d + 2*%d*%d)", c.NumHeads, c.HeadDim, c.NumKVHeads, c.HeadDim)
+	case strings.HasSuffix(s.Name, OProj+".weight"):
+		return fmt.Sprintf(" (in = num_attention_heads*head_dim = %d*%d)", c.NumHeads, c.HeadDim)
+	case strings.HasSuffix(s.Name, GateProj+".weight"):
+		return " (rows = num_attention_heads)"
+	}
+	return ""
+}
+
+// CheckTensors compares a checkpoint with the config and reports every
+// missing, unexpected, mis-shaped or non-float tensor at once.
+func (c *Config) CheckTensors(ck *safetensors.Checkpoint) error {
+	var problems []string
+	want := map[string]bool{}
+	for _, s := range c.Tensors() {
+		want[s.Name] = true
+		t, ok := ck.Info(s.Name)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("missing tensor %s, expected shape %v", s.Name, s.Shape))
+			continue
+		}
+		if !equalShape(t.Shape, s.Shape) {
+			problems = append(problems, fmt.Sprintf("tensor %s has shape %v, expected %v%s", s.Name, t.Shape, s.Shape, c.shapeNote(s)))
+		}
+		if !t.DType.IsFloat() {
+			problems = append(problems, fmt.Sprintf("tensor %s has dtype %s, expected BF16, F16 or F32", s.Name, t.DType))
+		}
+	}
+	var extra []string
+	for _, n := range ck.Names() {
+		if !want[n] {
+			extra = append(extra, n)
+		}
+	}
+	sort.Strings(extra)
+	for _, n := range extra {
+		note := ""
+		if n == HeadName && c.TieWordEmbeddings {
+			note = " (config has tie_word_embeddings: true)"
+		}
+		problems = append(problems, fmt.Sprintf("unexpected tensor %s%s", n, note))
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: checkpoint does not match config.json (%d problems):\n  %s", ck.Dir, len(problems), strings.Join(problems, "\n  "))
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Model is an opened, validated Spark checkpoint folder.
+type Model struct {
+	Dir    string
+	Config *Config
+	*safetensors.Checkpoint
+}
+
+// Open loads config.json, opens the safetensors files and checks every
+// tensor against the config. Tensor data stays on disk (memory-mapped).
+func Open(dir string) (*Model, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckTensors(ck); err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return &Model{Dir: dir, Config: cfg, Checkpoint: ck}, nil
+}
+
+// CheckFinite scans every tensor for NaN/Inf and names each one found.
+func (m *Model) CheckFinite() error {
+	var errs []error
+	for _, n := range m.Names() {
+		t, raw, err := m.Raw(n)
+		if err != nil {
+			return err
+		}
+		if err := safetensors.CheckFinite(t, raw); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.File(n), err))
+		}
+	}
+	return errors.Join(errs...)
+}
