@@ -236,3 +236,12 @@ func sortedValues(m map[string]string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Release tells the kernel this process no longer needs the tensor's pages
+// resident (they stay in the page cache), so streaming a whole model keeps
+// the resident set near one tensor instead of the whole file.
+func (c *Checkpoint) Release(name string) {
+	if f, ok := c.byName[name]; ok {
+		f.Release(name)
+	}
+}

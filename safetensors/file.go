@@ -125,3 +125,19 @@ func unravel(i int, shape []int64) string {
 	}
 	return fmt.Sprint(idx)
 }
+
+// Release drops the tensor's pages from this process's resident set.
+func (f *File) Release(name string) {
+	t, ok := f.Header.Tensor(name)
+	if !ok || f.data == nil {
+		return
+	}
+	page := int64(os.Getpagesize())
+	start := f.Header.DataStart() + t.Begin
+	lo := start / page * page
+	hi := f.Header.DataStart() + t.End
+	if hi <= lo {
+		return
+	}
+	_ = unix.Madvise(f.data[lo:hi], unix.MADV_DONTNEED)
+}

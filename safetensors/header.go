@@ -124,7 +124,7 @@ func ParseHeader(text []byte, dataSize int64) (*Header, error) {
 		}
 		var rt rawTensor
 		if err := dec.Decode(&rt); err != nil {
-			return nil, fmt.Errorf("tensor %q: %w", name, err)
+			return nil, fmt.Errorf("header JSON: tensor %q: %w", name, err)
 		}
 		if _, dup := h.byName[name]; dup {
 			return nil, fmt.Errorf("tensor %q appears twice in the header", name)

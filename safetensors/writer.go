@@ -37,6 +37,9 @@ type WriteOptions struct {
 	// tensor bytes (a single larger tensor gets a shard of its own); 0 means
 	// one file.
 	MaxShardSize int64
+	// Shards, when > 1, splits the tensors into exactly this many shards of
+	// about equal size instead (it overrides MaxShardSize).
+	Shards int
 	// Metadata is each shard's __metadata__ (e.g. {"format": "pt"}).
 	Metadata map[string]string
 	// Done, if set, is called after each tensor is written.
@@ -50,6 +53,9 @@ type WriteOptions struct {
 // alignment, then name). Files are fsynced. It returns the file names written.
 func WriteCheckpoint(dir string, tensors []Tensor, opt WriteOptions) ([]string, error) {
 	shards := planShards(tensors, opt.MaxShardSize)
+	if opt.Shards > 1 {
+		shards = splitEven(tensors, opt.Shards)
+	}
 	if len(shards) == 1 {
 		if err := writeFile(filepath.Join(dir, SingleFile), shards[0], opt); err != nil {
 			return nil, err
@@ -96,6 +102,32 @@ func planShards(tensors []Tensor, max int64) [][]Tensor {
 	return append(shards, cur)
 }
 
+// splitEven cuts tensors, in order, into n groups of about equal bytes
+// (fewer when there are fewer tensors than n).
+func splitEven(tensors []Tensor, n int) [][]Tensor {
+	var total int64
+	for _, t := range tensors {
+		total += t.Bytes()
+	}
+	var shards [][]Tensor
+	var cur []Tensor
+	var done int64
+	for i, t := range tensors {
+		cur = append(cur, t)
+		done += t.Bytes()
+		left := len(tensors) - i - 1
+		need := n - len(shards) - 1 // shards still to start after this one
+		if need > 0 && left >= need && (done*int64(n) >= total*int64(len(shards)+1) || left == need) {
+			shards = append(shards, cur)
+			cur = nil
+		}
+	}
+	if len(cur) > 0 {
+		shards = append(shards, cur)
+	}
+	return shards
+}
+
 // lazyView adapts a Tensor to nlpodyssey's View; Data runs Produce.
 type lazyView struct {
 	t    Tensor
@@ -119,6 +151,7 @@ func (v lazyView) Shape() []uint64 {
 func (v lazyView) DataLen() uint64 { return uint64(v.t.Bytes()) }
 
 func (v lazyView) Data() []byte {
+	v.sink.finish() // the previous tensor has been written by now
 	if v.sink.err != nil {
 		return nil
 	}
@@ -131,7 +164,7 @@ func (v lazyView) Data() []byte {
 		return nil
 	}
 	if v.opt.Done != nil {
-		defer v.opt.Done(v.t)
+		v.sink.pending = func() { v.opt.Done(v.t) }
 	}
 	return b
 }
@@ -141,6 +174,17 @@ func (v lazyView) Data() []byte {
 type errSink struct {
 	w   io.Writer
 	err error
+	// pending reports a tensor done once its bytes are written, which is
+	// known at the next Data call (the writer writes each tensor's bytes
+	// before asking for the next) or at the end.
+	pending func()
+}
+
+func (e *errSink) finish() {
+	if e.pending != nil {
+		e.pending()
+		e.pending = nil
+	}
 }
 
 func (e *errSink) Write(p []byte) (int, error) {
@@ -174,6 +218,7 @@ func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
 	if sink.err != nil {
 		return fmt.Errorf("%s: %w", path, sink.err)
 	}
+	sink.finish()
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

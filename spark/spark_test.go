@@ -88,3 +88,39 @@ func TestBothSpellingsAgree(t *testing.T) {
 		t.Errorf("flat %+v/%+v vs nested %+v/%+v", flat.FullRoPE, flat.SlidingRoPE, nested.FullRoPE, nested.SlidingRoPE)
 	}
 }
+
+// realConfig is the real Spark-X2.5-1.7B config.json (the spec's table).
+const realConfig = `{"model_type":"spark2_5","vocab_size":131072,"hidden_size":2048,"intermediate_size":6656,
+"num_hidden_layers":28,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":256,"hidden_act":"gelu",
+"rms_norm_eps":1e-6,"max_position_embeddings":1048576,"tie_word_embeddings":true,"sliding_window":512,
+"rope_theta":5000000.0,"partial_rotary_factor":0.25,"sliding_rope_theta":10000.0}`
+
+func TestPlanRealModel(t *testing.T) {
+	c, err := ParseConfig([]byte(realConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.NewPlan(2048)
+	// The spec: RoPE tables 640 MB by max_position_embeddings vs 1.25 MB by max_model_len.
+	if p.RoPETables.BytesByMaxPosition != 640<<20 || p.RoPETables.BytesByModelLen != 1280<<10 {
+		t.Errorf("rope tables %d / %d bytes, want 640 MiB / 1.25 MiB", p.RoPETables.BytesByMaxPosition, p.RoPETables.BytesByModelLen)
+	}
+	if p.LayerTypeMap != "sssfsssfsssfsssfsssfsssfsssf" || len(p.Layers["full_attention"]) != 7 || p.Layers["full_attention"][6] != 27 {
+		t.Errorf("layer map %s %v", p.LayerTypeMap, p.Layers)
+	}
+	// 2 (K,V) x 2 heads x 256 x 2 bytes x 28 layers.
+	if p.KVCache.BytesPerTokenFlat != 57344 {
+		t.Errorf("kv bytes/token %d", p.KVCache.BytesPerTokenFlat)
+	}
+	// hybrid at 2048: 21 sliding layers x 511 + 7 full x 2048 tokens, 2048 B each.
+	if want := int64(2048 * (21*511 + 7*2048)); p.KVCache.HybridBytes != want {
+		t.Errorf("hybrid kv %d, want %d", p.KVCache.HybridBytes, want)
+	}
+	// 1.7 B parameters: 131072*2048 + 28*(3072*2048+2048*2048+3*6656*2048+8*2048+2*2048) + 2048.
+	if want := int64(131072*2048 + 28*(3072*2048+2048*2048+3*6656*2048+8*2048+2*2048) + 2048); p.Params.Total != want {
+		t.Errorf("params %d, want %d", p.Params.Total, want)
+	}
+	if p.Formats[0].Bytes != 2*p.Params.Total {
+		t.Errorf("bf16 bytes %d", p.Formats[0].Bytes)
+	}
+}

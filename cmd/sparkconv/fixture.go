@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/fixtures"
+	"sparkconv/outdir"
+	"sparkconv/progress"
+)
+
+func init() {
+	var opt fixtures.Options
+	var out string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "fixture --preset tiny|small|full --out DIR",
+		Short: "Generate a deterministic Spark-X2.5 checkpoint (bf16, realistic statistics, own tokenizer)",
+		Example: `  sparkconv fixture --preset tiny --out /tmp/spark-tiny
+  sparkconv fixture --preset full --out /tmp/spark-full --shards 2 --untied`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			shape, ok := fixtures.Presets[opt.Preset]
+			if !ok {
+				return usagef("--preset %q: want one of %s", opt.Preset, strings.Join(fixtures.PresetNames(), ", "))
+			}
+			if out == "" {
+				return usagef("--out is required")
+			}
+			d, err := outdir.Create(out, force)
+			if err != nil {
+				return err
+			}
+			defer d.Abort()
+			bar := progress.New(shape.Bytes(!opt.Untied), "fixture "+opt.Preset, true)
+			opt.Done = func(_ string, n int64) { bar.Add(n) }
+			if err := cmd.Context().Err(); err != nil {
+				return err
+			}
+			if err := fixtures.Generate(d.Path(), opt); err != nil {
+				return err
+			}
+			bar.Done(jsonOut)
+			if err := cmd.Context().Err(); err != nil {
+				return err
+			}
+			if err := d.Commit(); err != nil {
+				return err
+			}
+			if jsonOut {
+				return printJSON(map[string]any{"out": out, "preset": opt.Preset, "seed": opt.Seed, "bytes": shape.Bytes(!opt.Untied), "tied": !opt.Untied})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s preset to %s (%.1f MB of bf16 weights)\n", opt.Preset, out, float64(shape.Bytes(!opt.Untied))/1e6)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opt.Preset, "preset", "tiny", "model size: "+strings.Join(fixtures.PresetNames(), ", "))
+	f.StringVar(&out, "out", "", "output folder")
+	f.Uint64Var(&opt.Seed, "seed", 1, "random seed (same seed, same bytes)")
+	f.IntVar(&opt.Shards, "shards", 1, "write this many safetensors shards plus an index")
+	f.BoolVar(&opt.Untied, "untied", false, "write a separate lm_head.weight (tie_word_embeddings false)")
+	f.BoolVar(&force, "force", false, "replace an existing output folder")
+	rootCmd.AddCommand(cmd)
+}

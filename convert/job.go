@@ -1,0 +1,265 @@
+// Package convert writes quantized Spark checkpoints that real consumers
+// load: the shared plumbing (output folder, config.json with its
+// quantization_config, copied tokenizer files, sharded safetensors, the
+// sparkconv-report.json) and the weight formats that need no calibration:
+// compressed-tensors W8A8 (w8a8.go) and tinygemm W4A16 (w4a16.go).
+//
+// A converter streams tensor by tensor: every output tensor is produced on
+// demand from the memory-mapped input and released once written, so peak
+// memory stays near the largest tensor, not the model.
+package convert
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"sparkconv/outdir"
+	"sparkconv/progress"
+	"sparkconv/safetensors"
+	"sparkconv/spark"
+)
+
+// AuxFiles are copied unchanged from the input folder when present.
+var AuxFiles = []string{
+	"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+	"special_tokens_map.json", "chat_template.jinja", "chat_template.json",
+	"tokenizer.model", "vocab.json", "merges.txt",
+}
+
+// ReportFile is the report written beside every quantized checkpoint.
+const ReportFile = "sparkconv-report.json"
+
+// Options common to every converting command.
+type Options struct {
+	Model        string // input folder
+	Out          string // output folder
+	Force        bool   // replace an existing output
+	MaxShardSize int64  // bytes per shard; 0 = one file
+	Quiet        bool   // no progress summary line on stderr
+	Version      string // sparkconv version, recorded in config and report
+}
+
+// Job is one conversion in progress: the input model, the output folder
+// being built, and the report being filled.
+type Job struct {
+	Opt    Options
+	Model  *spark.Model
+	Dir    *outdir.Dir
+	Report *Report
+	bar    *progress.Bar
+	start  time.Time
+	mu     sync.Mutex
+}
+
+// Start opens and validates the input (including a NaN/Inf scan) and
+// creates the temporary output folder. The caller must defer Close.
+func Start(opt Options, scheme string) (*Job, error) {
+	if opt.Model == "" || opt.Out == "" {
+		return nil, errors.New("both --model and --out are required")
+	}
+	m, err := spark.Open(opt.Model)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.CheckFinite(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	d, err := outdir.Create(opt.Out, opt.Force)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return &Job{
+		Opt: opt, Model: m, Dir: d, start: time.Now(),
+		Report: &Report{Tool: "sparkconv", Version: opt.Version, Scheme: scheme, Model: opt.Model, Tensors: []TensorReport{}},
+	}, nil
+}
+
+// Close removes the temporary output unless Commit succeeded, and unmaps
+// the input.
+func (j *Job) Close() {
+	j.Dir.Abort()
+	j.Model.Close()
+}
+
+// CopyAux copies the tokenizer and generation files.
+func (j *Job) CopyAux() error {
+	for _, name := range AuxFiles {
+		src := filepath.Join(j.Opt.Model, name)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		if err := j.Dir.CopyFile(src, name); err != nil {
+			return fmt.Errorf("copy %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// WriteConfig writes the input config.json with the given keys replaced
+// (nil deletes a key), keys sorted as transformers writes them.
+func (j *Job) WriteConfig(set map[string]any) error {
+	data, err := os.ReadFile(filepath.Join(j.Opt.Model, spark.ConfigFile))
+	if err != nil {
+		return err
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", spark.ConfigFile, err)
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(cfg, k)
+		} else {
+			cfg[k] = v
+		}
+	}
+	out, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return safetensors.WriteFileSync(j.Dir.Join(spark.ConfigFile), append(out, '\n'))
+}
+
+// Copy returns an output tensor that is the input tensor, bit for bit.
+func (j *Job) Copy(name string) safetensors.Tensor {
+	t, _ := j.Model.Info(name)
+	return safetensors.Tensor{
+		Name: name, DType: t.DType, Shape: t.Shape,
+		Produce: func() ([]byte, error) {
+			_, raw, err := j.Model.Raw(name)
+			return raw, err
+		},
+	}
+}
+
+// WriteTensors writes the checkpoint with a progress bar over bytes and
+// releases each input tensor's pages once its outputs are written. src
+// maps each output tensor to the input tensor it reads.
+func (j *Job) WriteTensors(tensors []safetensors.Tensor, src map[string]string) error {
+	var total int64
+	for _, t := range tensors {
+		total += t.Bytes()
+	}
+	j.bar = progress.New(total, j.Report.Scheme, true)
+	files, err := safetensors.WriteCheckpoint(j.Dir.Path(), tensors, safetensors.WriteOptions{
+		MaxShardSize: j.Opt.MaxShardSize,
+		Metadata:     map[string]string{"format": "pt"},
+		Done: func(t safetensors.Tensor) {
+			j.bar.Add(t.Bytes())
+			if s, ok := src[t.Name]; ok {
+				j.Model.Release(s)
+			}
+		},
+	})
+	j.bar.Done(j.Opt.Quiet)
+	j.Report.Files = files
+	return err
+}
+
+// AddTensor records one tensor's result in the report (safe for
+// concurrent use).
+func (j *Job) AddTensor(r TensorReport) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.Report.Tensors = append(j.Report.Tensors, r)
+}
+
+// Commit writes the report, then moves the output folder into place.
+func (j *Job) Commit() error {
+	j.Report.finish(time.Since(j.start))
+	data, err := json.MarshalIndent(j.Report, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := safetensors.WriteFileSync(j.Dir.Join(ReportFile), append(data, '\n')); err != nil {
+		return err
+	}
+	return j.Dir.Commit()
+}
+
+// Report is sparkconv-report.json.
+type Report struct {
+	Tool      string         `json:"tool"`
+	Version   string         `json:"version,omitempty"`
+	Scheme    string         `json:"scheme"`
+	Model     string         `json:"model"`
+	Method    string         `json:"method,omitempty"`
+	Settings  map[string]any `json:"settings,omitempty"`
+	Files     []string       `json:"files"`
+	Tensors   []TensorReport `json:"tensors"`
+	Totals    Totals         `json:"totals"`
+	Timing    Timing         `json:"timing"`
+	PeakRSSMB float64        `json:"peak_rss_mb"`
+}
+
+// TensorReport is one quantized tensor's fidelity.
+type TensorReport struct {
+	Name   string  `json:"name"`
+	Scheme string  `json:"scheme"`
+	Shape  []int64 `json:"shape"`
+	SNRdB  float64 `json:"snr_db"`
+	MaxErr float64 `json:"max_abs_err"`
+	// PlainSNRdB is the SNR without the scale search (4-bit schemes).
+	PlainSNRdB *float64 `json:"plain_snr_db,omitempty"`
+}
+
+// Totals summarize the quantized tensors.
+type Totals struct {
+	Quantized      int     `json:"quantized_tensors"`
+	Copied         int     `json:"copied_tensors"`
+	InBytes        int64   `json:"input_bytes"`
+	OutBytes       int64   `json:"output_bytes"`
+	MinSNRdB       float64 `json:"min_snr_db"`
+	MeanSNRdB      float64 `json:"mean_snr_db"`
+	MaxSNRdB       float64 `json:"max_snr_db"`
+	MaxErr         float64 `json:"max_abs_err"`
+	PlainMeanSNRdB float64 `json:"plain_mean_snr_db,omitempty"`
+}
+
+// Timing is wall time in seconds.
+type Timing struct {
+	TotalS float64 `json:"total_s"`
+}
+
+func (r *Report) finish(elapsed time.Duration) {
+	sort.Slice(r.Tensors, func(a, b int) bool { return r.Tensors[a].Name < r.Tensors[b].Name })
+	r.Totals.Quantized = len(r.Tensors)
+	if len(r.Tensors) > 0 {
+		r.Totals.MinSNRdB = r.Tensors[0].SNRdB
+		r.Totals.MaxSNRdB = r.Tensors[0].SNRdB
+	}
+	var sum, plain float64
+	for _, t := range r.Tensors {
+		sum += t.SNRdB
+		r.Totals.MinSNRdB = min(r.Totals.MinSNRdB, t.SNRdB)
+		r.Totals.MaxSNRdB = max(r.Totals.MaxSNRdB, t.SNRdB)
+		r.Totals.MaxErr = max(r.Totals.MaxErr, t.MaxErr)
+		if t.PlainSNRdB != nil {
+			plain += *t.PlainSNRdB
+		}
+	}
+	if n := float64(len(r.Tensors)); n > 0 {
+		r.Totals.MeanSNRdB = sum / n
+		r.Totals.PlainMeanSNRdB = plain / n
+	}
+	r.Timing.TotalS = elapsed.Seconds()
+	r.PeakRSSMB = PeakRSSMB()
+}
+
+// PeakRSSMB is this process's peak resident set so far, in MiB.
+func PeakRSSMB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024
+}

@@ -1,0 +1,76 @@
+package outdir
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCreateCommitAbort(t *testing.T) {
+	parent := t.TempDir()
+	target := filepath.Join(parent, "out")
+
+	d, err := Create(target, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(d.Join("a.txt"), []byte("one"), 0o644)
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Fatal("target exists before Commit")
+	}
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d.Abort() // no-op after commit
+	if b, _ := os.ReadFile(filepath.Join(target, "a.txt")); string(b) != "one" {
+		t.Fatalf("committed content %q", b)
+	}
+
+	if _, err := Create(target, false); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("second Create without force: %v", err)
+	}
+
+	d, err = Create(target, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(d.Join("b.txt"), []byte("two"), 0o644)
+	d.Abort()
+	if b, _ := os.ReadFile(filepath.Join(target, "a.txt")); string(b) != "one" {
+		t.Fatal("abort touched the existing output")
+	}
+
+	d, _ = Create(target, true)
+	os.WriteFile(d.Join("b.txt"), []byte("two"), 0o644)
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(target, "a.txt")); !os.IsNotExist(err) {
+		t.Fatal("forced replace kept the old file")
+	}
+	entries, _ := os.ReadDir(parent)
+	if len(entries) != 1 {
+		t.Fatalf("leftovers beside the target: %v", entries)
+	}
+}
+
+func TestStaleTempRemoved(t *testing.T) {
+	parent := t.TempDir()
+	// A temp folder of a process that cannot exist (pid above pid_max).
+	stale := filepath.Join(parent, ".out"+tmpTag+"99999999-123")
+	os.Mkdir(stale, 0o755)
+	live := filepath.Join(parent, ".out"+tmpTag+"1-456") // pid 1 is alive
+	os.Mkdir(live, 0o755)
+	d, err := Create(filepath.Join(parent, "out"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Abort()
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Error("stale temp folder kept")
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Error("temp folder of a live process removed")
+	}
+}

@@ -1,0 +1,161 @@
+package spark
+
+// Plan is what `sparkconv inspect` reports: parameter counts, checkpoint
+// bytes per weight format, KV-cache and RoPE-table memory. All bytes are
+// computed from the config alone.
+type Plan struct {
+	Params       ParamCounts      `json:"params"`
+	Formats      []FormatBytes    `json:"formats"`
+	KVCache      KVCachePlan      `json:"kv_cache"`
+	RoPETables   RoPETablePlan    `json:"rope_tables"`
+	LayerTypeMap string           `json:"layer_type_map"`
+	Layers       map[string][]int `json:"layers_by_type"`
+}
+
+// ParamCounts counts parameters by role.
+type ParamCounts struct {
+	Total          int64 `json:"total"`
+	Embedding      int64 `json:"embedding"`
+	Head           int64 `json:"head"` // 0 when tied
+	PerLayer       int64 `json:"per_layer"`
+	QuantLinears   int64 `json:"quantizable_linears"` // the 5 linears x layers
+	Gate           int64 `json:"g_proj"`
+	Norms          int64 `json:"norms"`
+	QuantizedCount int   `json:"quantizable_linear_tensors"`
+}
+
+// FormatBytes is the checkpoint size of one output format.
+type FormatBytes struct {
+	Format string `json:"format"`
+	Head   string `json:"head"` // "tied bf16", "bf16", or "quantized"
+	Bytes  int64  `json:"bytes"`
+}
+
+// KVCachePlan is K+V memory in bf16.
+type KVCachePlan struct {
+	BytesPerTokenFlat int64 `json:"bytes_per_token_flat"`
+	Context           int   `json:"context"`
+	FlatBytes         int64 `json:"flat_bytes"`
+	HybridBytes       int64 `json:"hybrid_bytes"`
+	SlidingCap        int   `json:"sliding_slots_cap"`
+}
+
+// RoPETablePlan is cos+sin tables (half width, bf16) for both layer types.
+type RoPETablePlan struct {
+	BytesPerPosition   int64 `json:"bytes_per_position"`
+	MaxPositions       int   `json:"max_position_embeddings"`
+	BytesByMaxPosition int64 `json:"bytes_by_max_position_embeddings"`
+	MaxModelLen        int   `json:"max_model_len"`
+	BytesByModelLen    int64 `json:"bytes_by_max_model_len"`
+}
+
+// linearShapes returns [N, K] of the 5 quantizable linears of one layer.
+func (c *Config) linearShapes() [][2]int64 {
+	h, i := int64(c.HiddenSize), int64(c.IntermediateSize)
+	return [][2]int64{{int64(c.QDim() + 2*c.KVDim()), h}, {h, int64(c.QDim())}, {i, h}, {i, h}, {h, i}}
+}
+
+// NewPlan computes the plan for a context of maxModelLen tokens.
+func (c *Config) NewPlan(maxModelLen int) Plan {
+	var p Plan
+	h, v := int64(c.HiddenSize), int64(c.VocabSize)
+	var lin int64
+	for _, s := range c.linearShapes() {
+		lin += s[0] * s[1]
+	}
+	p.Params.Embedding = v * h
+	if !c.TieWordEmbeddings {
+		p.Params.Head = v * h
+	}
+	p.Params.Gate = int64(c.NumHeads) * h * int64(c.NumLayers)
+	p.Params.Norms = 2*h*int64(c.NumLayers) + h
+	p.Params.QuantLinears = lin * int64(c.NumLayers)
+	p.Params.PerLayer = lin + int64(c.NumHeads)*h + 2*h
+	p.Params.QuantizedCount = 5 * c.NumLayers
+	p.Params.Total = p.Params.Embedding + p.Params.Head + p.Params.Gate + p.Params.Norms + p.Params.QuantLinears
+
+	p.Formats = c.formatBytes(p.Params)
+	p.KVCache = c.kvPlan(maxModelLen)
+	p.RoPETables = c.ropePlan(maxModelLen)
+	p.Layers = map[string][]int{}
+	var m []byte
+	for i, t := range c.LayerTypes {
+		p.Layers[string(t)] = append(p.Layers[string(t)], i)
+		if t == Sliding {
+			m = append(m, 's')
+		} else {
+			m = append(m, 'f')
+		}
+	}
+	p.LayerTypeMap = string(m)
+	return p
+}
+
+// formatBytes sizes each format with group 128 for the 4-bit ones. bf16
+// parts (embedding, norms, g_proj) are 2 bytes per value.
+func (c *Config) formatBytes(pc ParamCounts) []FormatBytes {
+	const g = 128
+	v, h := int64(c.VocabSize), int64(c.HiddenSize)
+	rest := 2 * (pc.Embedding + pc.Gate + pc.Norms) // always bf16
+	w8 := func(n, k int64) int64 { return n*k + 2*n }
+	w4a16 := func(n, k int64) int64 { return n*k/2 + (k/g)*n*2*2 }
+	w4a8 := func(n, k int64) int64 { return n*k/2 + (k/g)*n*2 + (k/g)*(n/8)*4 + k*4 }
+	sum := func(f func(n, k int64) int64) int64 {
+		var t int64
+		for _, s := range c.linearShapes() {
+			t += f(s[0], s[1])
+		}
+		return t * int64(c.NumLayers)
+	}
+	headBF16 := int64(0)
+	headLabel := "tied bf16"
+	if !c.TieWordEmbeddings {
+		headBF16, headLabel = 2*v*h, "bf16"
+	}
+	out := []FormatBytes{
+		{"bf16", headLabel, rest + 2*pc.QuantLinears + headBF16},
+		{"w8a8", headLabel, rest + sum(w8) + headBF16},
+	}
+	for _, f := range []struct {
+		name string
+		fn   func(n, k int64) int64
+	}{{"w4a16", w4a16}, {"w4a8", w4a8}} {
+		body := rest + sum(f.fn)
+		out = append(out,
+			FormatBytes{f.name, headLabel, body + headBF16},
+			FormatBytes{f.name, "quantized", body + f.fn(v, h)})
+	}
+	return out
+}
+
+func (c *Config) kvPlan(ctx int) KVCachePlan {
+	perLayer := int64(2 * c.NumKVHeads * c.HeadDim * 2) // K and V, bf16
+	p := KVCachePlan{Context: ctx, SlidingCap: c.SlidingWindow - 1}
+	p.BytesPerTokenFlat = perLayer * int64(c.NumLayers)
+	p.FlatBytes = p.BytesPerTokenFlat * int64(ctx)
+	for i := range c.NumLayers {
+		tokens := ctx
+		if c.IsSliding(i) {
+			tokens = min(ctx, c.SlidingWindow-1)
+		}
+		p.HybridBytes += perLayer * int64(tokens)
+	}
+	return p
+}
+
+func (c *Config) ropePlan(maxModelLen int) RoPETablePlan {
+	var half int64
+	seen := map[LayerType]bool{}
+	for i, t := range c.LayerTypes {
+		if !seen[t] {
+			seen[t] = true
+			half += int64(c.RotaryDims(i) / 2)
+		}
+	}
+	per := half * 2 * 2 // cos and sin, bf16
+	return RoPETablePlan{
+		BytesPerPosition: per, MaxPositions: c.MaxPositionEmbeddings,
+		BytesByMaxPosition: per * int64(c.MaxPositionEmbeddings),
+		MaxModelLen:        maxModelLen, BytesByModelLen: per * int64(maxModelLen),
+	}
+}
