@@ -10,6 +10,7 @@
 package convert
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,7 @@ type Options struct {
 // Job is one conversion in progress: the input model, the output folder
 // being built, and the report being filled.
 type Job struct {
+	ctx    context.Context
 	Opt    Options
 	Model  *spark.Model
 	Dir    *outdir.Dir
@@ -60,7 +62,7 @@ type Job struct {
 
 // Start opens and validates the input (including a NaN/Inf scan) and
 // creates the temporary output folder. The caller must defer Close.
-func Start(opt Options, scheme string) (*Job, error) {
+func Start(ctx context.Context, opt Options, scheme string) (*Job, error) {
 	if opt.Model == "" || opt.Out == "" {
 		return nil, errors.New("both --model and --out are required")
 	}
@@ -78,7 +80,7 @@ func Start(opt Options, scheme string) (*Job, error) {
 		return nil, err
 	}
 	return &Job{
-		Opt: opt, Model: m, Dir: d, start: time.Now(),
+		ctx: ctx, Opt: opt, Model: m, Dir: d, start: time.Now(),
 		Report: &Report{Tool: "sparkconv", Version: opt.Version, Scheme: scheme, Model: opt.Model, Tensors: []TensorReport{}},
 	}, nil
 }
@@ -135,6 +137,9 @@ func (j *Job) Copy(name string) safetensors.Tensor {
 	return safetensors.Tensor{
 		Name: name, DType: t.DType, Shape: t.Shape,
 		Produce: func() ([]byte, error) {
+			if err := j.ctx.Err(); err != nil {
+				return nil, err
+			}
 			_, raw, err := j.Model.Raw(name)
 			return raw, err
 		},
@@ -173,8 +178,12 @@ func (j *Job) AddTensor(r TensorReport) {
 	j.Report.Tensors = append(j.Report.Tensors, r)
 }
 
-// Commit writes the report, then moves the output folder into place.
+// Commit writes the report, then moves the output folder into place
+// (unless the job was interrupted).
 func (j *Job) Commit() error {
+	if err := j.ctx.Err(); err != nil {
+		return err
+	}
 	j.Report.finish(time.Since(j.start))
 	data, err := json.MarshalIndent(j.Report, "", "  ")
 	if err != nil {

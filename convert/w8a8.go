@@ -3,7 +3,9 @@ package convert
 import (
 	"context"
 	"fmt"
+	"unsafe"
 
+	"sparkconv/dtype"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -45,7 +47,7 @@ func W8A8Config() map[string]any {
 // linears of every layer become int8 `weight` [N,K] plus `weight_scale`
 // [N,1] in the input dtype; everything else is copied bit for bit.
 func W8A8(ctx context.Context, opt Options) (*Report, error) {
-	j, err := Start(opt, "w8a8")
+	j, err := Start(ctx, opt, "w8a8")
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +62,7 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 			j.Report.Totals.Copied++
 			continue
 		}
-		w, scale := j.w8a8Linear(ctx, s)
+		w, scale := j.w8a8Linear(s)
 		tensors = append(tensors, w, scale)
 		src[w.Name] = s.Name
 	}
@@ -73,9 +75,6 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 	if err := j.WriteConfig(map[string]any{"quantization_config": W8A8Config()}); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if err := j.Commit(); err != nil {
 		return nil, err
 	}
@@ -86,26 +85,26 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 // computed (cheaply, from the row maxima) when the writer asks for it, and
 // again for the weight: the two are written far apart in the file and
 // holding every quantized weight between them would hold the model.
-func (j *Job) w8a8Linear(ctx context.Context, s spark.TensorSpec) (safetensors.Tensor, safetensors.Tensor) {
+func (j *Job) w8a8Linear(s spark.TensorSpec) (safetensors.Tensor, safetensors.Tensor) {
 	info, _ := j.Model.Info(s.Name)
 	n, k := int(s.Shape[0]), int(s.Shape[1])
 	mod := s.Module()
 	weight := safetensors.Tensor{
 		Name: mod + ".weight", DType: "I8", Shape: s.Shape,
 		Produce: func() ([]byte, error) {
-			if err := ctx.Err(); err != nil {
+			if err := j.ctx.Err(); err != nil {
 				return nil, err
 			}
 			_, raw, err := j.Model.Raw(s.Name)
 			if err != nil {
 				return nil, err
 			}
-			res, err := quant.Int8PerChannelRaw(raw, info.DType, n, k)
-			if err != nil {
+			var res quant.Int8Result
+			if err := quant.QuantizeInt8(&res, weightMatrix(raw, info.DType, n, k), scaleDType(info.DType)); err != nil {
 				return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
 			}
-			j.AddTensor(TensorReport{Name: s.Name, Scheme: "int8 per-channel symmetric", Shape: s.Shape, SNRdB: res.SNRdB, MaxErr: res.MaxAbsErr})
-			return res.Codes, nil
+			j.AddTensor(TensorReport{Name: s.Name, Scheme: "int8 per-channel symmetric", Shape: s.Shape, SNRdB: res.Stats.SNRdB(), MaxErr: res.Stats.MaxAbs})
+			return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(res.Codes))), len(res.Codes)), nil
 		},
 	}
 	scale := safetensors.Tensor{
@@ -115,8 +114,50 @@ func (j *Job) w8a8Linear(ctx context.Context, s spark.TensorSpec) (safetensors.T
 			if err != nil {
 				return nil, err
 			}
-			return quant.Int8ScalesRaw(raw, info.DType, n, k)
+			return int8Scales(weightMatrix(raw, info.DType, n, k), scaleDType(info.DType)), nil
 		},
 	}
 	return weight, scale
+}
+
+// int8Scales computes only the per-row scales (a pass over row maxima),
+// encoded in the weight's dtype.
+func int8Scales(m quant.Matrix, dt quant.ScaleDType) []byte {
+	scales := make([]float32, m.N)
+	row := make([]float32, m.K)
+	for n := range m.N {
+		if m.BF16 != nil {
+			for i, b := range m.BF16[n*m.K : (n+1)*m.K] {
+				row[i] = dtype.BF16ToF32(b)
+			}
+		} else {
+			copy(row, m.F32[n*m.K:(n+1)*m.K])
+		}
+		scales[n] = quant.Int8Absmax(row, dt).Scale
+	}
+	out := make([]byte, m.N*dt.Size())
+	dt.PutParams(out, scales)
+	return out
+}
+
+// weightMatrix views a float tensor's raw little-endian bytes as a quant
+// matrix without copying bf16 (the common case); F16 and F32 are decoded.
+func weightMatrix(raw []byte, dt dtype.DType, n, k int) quant.Matrix {
+	if dt == dtype.BF16 {
+		return quant.BF16Matrix(n, k, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/2))
+	}
+	f := make([]float32, n*k)
+	_ = dtype.ToFloat32(f, raw, dt)
+	return quant.F32Matrix(n, k, f)
+}
+
+// scaleDType maps a weight dtype to the dtype its scales are stored in.
+func scaleDType(dt dtype.DType) quant.ScaleDType {
+	switch dt {
+	case dtype.BF16:
+		return quant.ScaleBF16
+	case dtype.F16:
+		return quant.ScaleF16
+	}
+	return quant.ScaleF32
 }

@@ -36,6 +36,7 @@ func init() {
 			defer d.Abort()
 			bar := progress.New(shape.Bytes(!opt.Untied), "fixture "+opt.Preset, true)
 			opt.Done = func(_ string, n int64) { bar.Add(n) }
+			opt.Ctx = cmd.Context()
 			if err := cmd.Context().Err(); err != nil {
 				return err
 			}

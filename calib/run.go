@@ -1,0 +1,270 @@
+package calib
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"sparkconv/forward"
+	"sparkconv/progress"
+	"sparkconv/safetensors"
+	"sparkconv/spark"
+)
+
+// File names in the output folder.
+const (
+	SummaryFile = "summary.json"
+	HeadFile    = "head.safetensors"
+	Format      = "sparkconv-calibration"
+	Version     = 1
+)
+
+// LayerFile is the statistics file of layer i: layer_00.safetensors, ...
+func LayerFile(i int) string { return fmt.Sprintf("layer_%02d.safetensors", i) }
+
+// Summary is summary.json.
+type Summary struct {
+	Format     string        `json:"format"`
+	Version    int           `json:"version"`
+	Model      ModelInfo     `json:"model"`
+	SeqLen     int           `json:"seq_len"`
+	MaxSamples int           `json:"max_samples"`
+	Seed       uint64        `json:"seed"`
+	Samples    []SampleInfo  `json:"samples"`
+	Chunks     int           `json:"chunks"`
+	Tokens     int64         `json:"tokens"`
+	Inputs     []InputInfo   `json:"inputs"`
+	Layers     []LayerRanges `json:"layers"`
+	// Head holds the ranges of final_norm (the head's input) and logits.
+	Head map[string]Range `json:"head"`
+}
+
+// ModelInfo is the part of config.json the statistics depend on.
+type ModelInfo struct {
+	ModelType     string   `json:"model_type"`
+	Layers        int      `json:"num_hidden_layers"`
+	Hidden        int      `json:"hidden_size"`
+	Intermediate  int      `json:"intermediate_size"`
+	Heads         int      `json:"num_attention_heads"`
+	KVHeads       int      `json:"num_key_value_heads"`
+	HeadDim       int      `json:"head_dim"`
+	Vocab         int      `json:"vocab_size"`
+	SlidingWindow int      `json:"sliding_window"`
+	LayerTypes    []string `json:"layer_types"`
+	Tied          bool     `json:"tie_word_embeddings"`
+}
+
+// SampleInfo is one calibration sample used.
+type SampleInfo struct {
+	Text
+	Tokens int `json:"tokens"`
+	Chunks int `json:"chunks"`
+}
+
+// InputInfo describes the statistics of one linear input.
+type InputInfo struct {
+	Name     string   `json:"name"` // tensor name prefix
+	File     string   `json:"file"`
+	Layer    int      `json:"layer"` // -1 for the head
+	Point    string   `json:"point"` // forward.Point name of the activation
+	Modules  []string `json:"modules"`
+	Channels int      `json:"channels"`
+	Tokens   int64    `json:"tokens"`
+	AbsMax   float32  `json:"absmax"`
+}
+
+// LayerRanges holds one layer's ranges by forward.Point name.
+type LayerRanges struct {
+	Layer  int              `json:"layer"`
+	Type   string           `json:"type"`
+	File   string           `json:"file"`
+	Ranges map[string]Range `json:"ranges"`
+}
+
+// Options control Run.
+type Options struct {
+	Ctx        context.Context // cancels between chunks; nil = never
+	Bar        *progress.Bar   // advanced once per chunk and layer; nil = none
+	SeqLen     int             // recorded in the summary
+	MaxSamples int             // recorded in the summary
+	Seed       uint64          // recorded in the summary
+}
+
+// Run calibrates m on the chunks (from Tokenize over texts) and writes the
+// statistics files and summary.json into dir, which must exist. It runs
+// the corpus layer by layer: every chunk's residual stream is kept
+// ([tokens, H] float32 in all), and only one layer's weights and float64
+// accumulators are in memory at a time.
+func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options) (*Summary, error) {
+	if len(chunks) == 0 {
+		return nil, fmt.Errorf("calibrate: no tokens")
+	}
+	if opt.Ctx == nil {
+		opt.Ctx = context.Background()
+	}
+	c := m.Cfg
+	s := newSummary(c, texts, chunks, opt)
+	xs := make([][]float32, len(chunks))
+	for k, ch := range chunks {
+		x, err := m.Embed(ch.IDs)
+		if err != nil {
+			return nil, fmt.Errorf("%s chunk at token %d: %w", texts[ch.Sample].where(), ch.Start, err)
+		}
+		xs[k] = x
+	}
+	accs := map[forward.Point]*inputAcc{
+		forward.AttnNorm: newInputAcc(c.HiddenSize), forward.AttnGated: newInputAcc(c.QDim()),
+		forward.MLPNorm: newInputAcc(c.HiddenSize), forward.MLPAct: newInputAcc(c.IntermediateSize),
+	}
+	for i := range c.NumLayers {
+		opt.Bar.Describe(fmt.Sprintf("calibrate layer %d/%d", i+1, c.NumLayers))
+		obs := newObserver(i)
+		var readers [][]string
+		for _, in := range layerInputs {
+			a := accs[in.point]
+			a.reset(spark.LayerModule(i, in.module) + ".input")
+			obs.inputs[in.point] = a
+			var rs []string
+			for _, r := range in.readers {
+				rs = append(rs, spark.LayerModule(i, r))
+			}
+			readers = append(readers, rs)
+		}
+		for k, ch := range chunks {
+			if err := opt.Ctx.Err(); err != nil {
+				return nil, err
+			}
+			if _, _, err := m.ForwardLayer(i, xs[k], len(ch.IDs), obs); err != nil {
+				return nil, err
+			}
+			opt.Bar.Add(1)
+		}
+		ranges, err := obs.rangeMap(fmt.Sprintf("layer %d", i))
+		if err != nil {
+			return nil, err
+		}
+		var ts []safetensors.Tensor
+		for k, in := range layerInputs {
+			a := accs[in.point]
+			ts = append(ts, a.tensors()...)
+			s.Inputs = append(s.Inputs, a.info(LayerFile(i), i, in.point, readers[k]))
+		}
+		if err := writeTensors(dir, LayerFile(i), ts); err != nil {
+			return nil, err
+		}
+		s.Layers = append(s.Layers, LayerRanges{Layer: i, Type: string(c.LayerTypes[i]), File: LayerFile(i), Ranges: ranges})
+	}
+	if err := runHead(m, chunks, xs, dir, s, opt); err != nil {
+		return nil, err
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := safetensors.WriteFileSync(filepath.Join(dir, SummaryFile), append(data, '\n')); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// runHead records the final norm (the head's input, with its Hessian) and
+// the logits' range.
+func runHead(m *forward.Model, chunks []Chunk, xs [][]float32, dir string, s *Summary, opt Options) error {
+	H := m.Cfg.HiddenSize
+	opt.Bar.Describe("calibrate head")
+	obs := newObserver(forward.ModelLevel)
+	a := newInputAcc(H)
+	a.reset(HeadModule + ".input")
+	obs.inputs[forward.FinalNorm] = a
+	for k, ch := range chunks {
+		if err := opt.Ctx.Err(); err != nil {
+			return err
+		}
+		T := len(ch.IDs)
+		fn := m.FinalNorm(xs[k])
+		obs.Observe(forward.ModelLevel, forward.FinalNorm, fn, H)
+		err := m.HeadBlocks(fn, T, func(v0, v1 int, blk []float32) {
+			obs.Observe(forward.ModelLevel, forward.Logits, blk, v1-v0)
+		})
+		if err != nil {
+			return err
+		}
+		xs[k] = nil
+		opt.Bar.Add(1)
+	}
+	ranges, err := obs.rangeMap("head")
+	if err != nil {
+		return err
+	}
+	s.Head = ranges
+	head := []string{HeadModule}
+	if m.Cfg.TieWordEmbeddings {
+		head = []string{spark.EmbedName + " (tied head)"}
+	}
+	s.Inputs = append(s.Inputs, a.info(HeadFile, -1, forward.FinalNorm, head))
+	return writeTensors(dir, HeadFile, a.tensors())
+}
+
+func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Summary {
+	s := &Summary{Format: Format, Version: Version, SeqLen: opt.SeqLen, MaxSamples: opt.MaxSamples, Seed: opt.Seed, Chunks: len(chunks)}
+	s.Model = ModelInfo{ModelType: c.ModelType, Layers: c.NumLayers, Hidden: c.HiddenSize, Intermediate: c.IntermediateSize,
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize, SlidingWindow: c.SlidingWindow, Tied: c.TieWordEmbeddings}
+	for _, t := range c.LayerTypes {
+		s.Model.LayerTypes = append(s.Model.LayerTypes, string(t))
+	}
+	s.Samples = make([]SampleInfo, len(texts))
+	for k, t := range texts {
+		s.Samples[k].Text = t
+	}
+	for _, ch := range chunks {
+		s.Samples[ch.Sample].Tokens += len(ch.IDs)
+		s.Samples[ch.Sample].Chunks++
+		s.Tokens += int64(len(ch.IDs))
+	}
+	return s
+}
+
+// writeTensors writes one safetensors file dir/name through the streaming
+// checkpoint writer (which names its single file model.safetensors).
+func writeTensors(dir, name string, ts []safetensors.Tensor) error {
+	tmp, err := os.MkdirTemp(dir, ".write-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	files, err := safetensors.WriteCheckpoint(tmp, ts, safetensors.WriteOptions{Metadata: map[string]string{"format": Format}})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if !slices.Equal(files, []string{safetensors.SingleFile}) {
+		return fmt.Errorf("%s: writer produced %v, want one file", name, files)
+	}
+	return os.Rename(filepath.Join(tmp, safetensors.SingleFile), filepath.Join(dir, name))
+}
+
+// WriteText prints the human summary: the real ranges per layer.
+func (s *Summary) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "calibrated on %d samples: %d chunks, %d tokens (seq-len %d)\n", len(s.Samples), s.Chunks, s.Tokens, s.SeqLen)
+	fmt.Fprintf(w, "%5s  %-7s  %12s  %10s  %10s  %21s  %10s\n", "layer", "type", "input absmax", "K absmax", "V absmax", "scores [min, max]", "mlp_act")
+	for _, l := range s.Layers {
+		r := l.Ranges
+		typ := "sliding"
+		if l.Type == string(spark.Full) {
+			typ = "full"
+		}
+		fmt.Fprintf(w, "%5d  %-7s  %12.4g  %10.4g  %10.4g  [%9.4g, %9.4g]  %10.4g\n", l.Layer, typ,
+			r["hidden_in"].AbsMax, r["k_rope"].AbsMax, r["v"].AbsMax, r["scores"].Min, r["scores"].Max, r["mlp_act"].AbsMax)
+	}
+	fmt.Fprintf(w, "head: input absmax %.4g, logits [%.4g, %.4g]\n", s.Head["final_norm"].AbsMax, s.Head["logits"].Min, s.Head["logits"].Max)
+	widest := 0
+	for _, in := range s.Inputs {
+		widest = max(widest, in.Channels)
+	}
+	if s.Tokens < int64(widest) {
+		fmt.Fprintf(w, "note: %d tokens < %d channels of the widest linear input: its Hessian is rank-deficient (GPTQ's damping copes; more samples help)\n", s.Tokens, widest)
+	}
+}

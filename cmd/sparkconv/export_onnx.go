@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/onnxgraph"
+	"sparkconv/outdir"
+	"sparkconv/progress"
+	"sparkconv/qnn"
+	"sparkconv/spark"
+)
+
+// exportONNXFlags are export-onnx's flags.
+type exportONNXFlags struct {
+	model, out, layout, dtype, granularity, gelu, layers string
+	context                                              int
+	force, noLint                                        bool
+}
+
+func init() {
+	var f exportONNXFlags
+	cmd := &cobra.Command{
+		Use:   "export-onnx --model DIR --out DIR",
+		Short: "Write ONNX decode-step graphs (embed, layers or blocks, head) for QNN / AI Hub",
+		Long: `Writes one decode step of the model as ONNX graphs with every KV cache an
+explicit tensor, exactly as shared/spec/onnx-decode-step.md specifies:
+embed.onnx, layer_NN.onnx (or block_NN.onnx with --granularity block),
+head.onnx and manifest.json (shapes, layouts, rotary tables, sha256 of every
+file). Opset 17, IR 8, static shapes, weights as initializers (bf16 widened to
+float32 or rounded to float16); a file that would pass 2 GiB keeps its weights
+in "<file>.data". Every graph is then checked by the QNN lint; an error finding
+fails the export and nothing is written.
+
+--layers exports a subset for sharding: embed.onnx comes with layer 0,
+head.onnx with the last layer, so disjoint ranges write every file once.
+The output folder is built beside --out and renamed into place when complete;
+the bytes are identical on every run.`,
+		Example: `  sparkconv export-onnx --model /tmp/spark-tiny --out /tmp/spark-tiny-onnx
+  sparkconv export-onnx --model DIR --out OUT --dtype fp16 --granularity block --context 2048
+  sparkconv export-onnx --model DIR --out OUT-a --layers 0-13 && sparkconv export-onnx --model DIR --out OUT-b --layers 14-27`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runExportONNX(cmd, &f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "input model folder (config.json + safetensors)")
+	fl.StringVar(&f.out, "out", "", "output folder")
+	fl.StringVar(&f.layout, "layout", "auto", "KV cache layout: ring, roll, or auto (ring for sliding layers, roll for full)")
+	fl.IntVar(&f.context, "context", 1024, "context length: full layers hold context-1 cache slots")
+	fl.StringVar(&f.dtype, "dtype", "fp32", "float type of every graph input, output and weight: fp32 or fp16")
+	fl.StringVar(&f.granularity, "granularity", "layer", "one graph per layer, or per block of 4 layers (3 sliding + 1 full)")
+	fl.StringVar(&f.gelu, "gelu", "", "erf (exact) or tanh; default follows config.json hidden_act")
+	fl.StringVar(&f.layers, "layers", "all", `layers to export, e.g. "0-13" or "0-3,8-11"`)
+	fl.BoolVar(&f.force, "force", false, "replace an existing output folder")
+	fl.BoolVar(&f.noLint, "no-lint", false, "skip the QNN lint")
+	rootCmd.AddCommand(cmd)
+}
+
+// exportONNXReport is export-onnx's JSON summary.
+type exportONNXReport struct {
+	Out                      string                   `json:"out"`
+	Files                    []exportONNXFile         `json:"files"`
+	Bytes                    int64                    `json:"bytes"`
+	Seconds                  float64                  `json:"seconds"`
+	MBPerSec                 float64                  `json:"mb_per_s"`
+	Lint                     map[string][]qnn.Finding `json:"lint,omitempty"`
+	LintErrors, LintWarnings int                      `json:"-"`
+	Manifest                 *onnxgraph.Manifest      `json:"-"`
+}
+
+type exportONNXFile struct {
+	File   string `json:"file"`
+	Kind   string `json:"kind"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+func (f *exportONNXFlags) options(c *spark.Config) (onnxgraph.ExportOptions, error) {
+	o := onnxgraph.ExportOptions{Layout: f.layout, Context: f.context, Granularity: f.granularity, GELU: f.gelu}
+	switch f.dtype {
+	case "fp32", "float32":
+		o.DType = onnxgraph.Float32
+	case "fp16", "float16":
+		o.DType = onnxgraph.Float16
+	default:
+		return o, usagef("--dtype %q: want fp32 or fp16", f.dtype)
+	}
+	layers, err := onnxgraph.ParseLayers(f.layers, c.NumLayers)
+	if err != nil {
+		return o, usagef("--layers: %v", err)
+	}
+	o.Layers = layers
+	if _, err := onnxgraph.GraphCount(c, o); err != nil {
+		return o, usagef("%v", err)
+	}
+	return o, nil
+}
+
+func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
+	if f.model == "" || f.out == "" {
+		return usagef("--model and --out are required")
+	}
+	start := time.Now()
+	m, err := spark.Open(f.model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	o, err := f.options(m.Config)
+	if err != nil {
+		return err
+	}
+	n, _ := onnxgraph.GraphCount(m.Config, o)
+	bar := progress.New(int64(n), "export-onnx", false)
+	o.Done = func(file string, _ int64) { bar.Describe(file); bar.Add(1) }
+	d, err := outdir.Create(f.out, f.force)
+	if err != nil {
+		return err
+	}
+	defer d.Abort()
+	man, err := onnxgraph.Export(cmd.Context(), m, d.Path(), o)
+	if err != nil {
+		return err
+	}
+	bar.Done(true)
+	rep := &exportONNXReport{Out: f.out, Manifest: man}
+	for _, g := range man.Graphs {
+		size := g.Bytes
+		if g.ExternalData != nil {
+			size += g.ExternalData.Size
+		}
+		rep.Files = append(rep.Files, exportONNXFile{File: g.File, Kind: g.Kind, Bytes: size, SHA256: g.SHA256})
+		rep.Bytes += size
+	}
+	if !f.noLint {
+		if err := lintExport(d.Path(), man, rep); err != nil {
+			return err
+		}
+		if rep.LintErrors > 0 {
+			printLint(cmd, rep)
+			return fmt.Errorf("export-onnx: the QNN lint found %d errors; nothing written to %s", rep.LintErrors, f.out)
+		}
+	}
+	if err := d.Commit(); err != nil {
+		return err
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	rep.MBPerSec = float64(rep.Bytes) / 1e6 / rep.Seconds
+	if jsonOut {
+		return printJSON(rep)
+	}
+	printLint(cmd, rep)
+	fmt.Fprintf(cmd.OutOrStdout(), "export-onnx: wrote %s: %d graphs, %.1f MB in %.1fs (%.0f MB/s); %s, %s, context %d, layout %s, QNN lint: %d errors, %d warnings\n",
+		f.out, len(man.Graphs), float64(rep.Bytes)/1e6, rep.Seconds, rep.MBPerSec, man.DType, man.Granularity, man.Context, man.Layout, rep.LintErrors, rep.LintWarnings)
+	return nil
+}
+
+// lintExport runs qnn.Lint on every graph of the export.
+func lintExport(dir string, man *onnxgraph.Manifest, rep *exportONNXReport) error {
+	rep.Lint = map[string][]qnn.Finding{}
+	for _, g := range man.Graphs {
+		mp, err := qnn.ReadModelFile(filepath.Join(dir, g.File))
+		if err != nil {
+			return fmt.Errorf("lint: %w", err)
+		}
+		fs := qnn.Lint(mp)
+		e, w := qnn.Count(fs)
+		rep.LintErrors += e
+		rep.LintWarnings += w
+		if len(fs) > 0 {
+			rep.Lint[g.File] = fs
+		}
+	}
+	return nil
+}
+
+func printLint(cmd *cobra.Command, rep *exportONNXReport) {
+	if jsonOut {
+		return
+	}
+	for _, g := range rep.Manifest.Graphs {
+		for _, f := range rep.Lint[g.File] {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", g.File, f)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sparkconv/onnxgraph"
+)
+
+const goldenTied = "../../../shared/golden/spark-mini-tied"
+
+// requireORT skips a test that runs ONNX Runtime when the library is
+// missing, unless $SPARKCONV_REQUIRE_ORT is set (CI), where it fails.
+func requireORT(t *testing.T) {
+	t.Helper()
+	if _, err := onnxgraph.FindORTLib(""); err != nil {
+		if os.Getenv("SPARKCONV_REQUIRE_ORT") != "" {
+			t.Fatalf("SPARKCONV_REQUIRE_ORT is set: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+}
+
+func TestExportONNXCommand(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	out := mustRun(t, "--json", "export-onnx", "--model", goldenTied, "--out", a, "--context", "48", "--granularity", "block", "--dtype", "fp16")
+	var rep struct {
+		Files []struct {
+			File, Kind, SHA256 string
+			Bytes              int64
+		} `json:"files"`
+		Bytes    int64   `json:"bytes"`
+		MBPerSec float64 `json:"mb_per_s"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if len(rep.Files) != 4 || rep.Files[1].File != "block_00.onnx" || rep.Files[1].Kind != "block" || rep.Bytes == 0 || rep.MBPerSec <= 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+	mustRun(t, "export-onnx", "--model", goldenTied, "--out", b, "--context", "48", "--granularity", "block", "--dtype", "fp16")
+	equalTrees(t, tree(t, a), tree(t, b))
+
+	// No overwrite without --force; --force replaces.
+	before := tree(t, a)
+	if _, errOut, code := run(t, "export-onnx", "--model", goldenTied, "--out", a); code != 1 || !strings.Contains(errOut, "already exists") {
+		t.Errorf("overwrite: exit %d, %s", code, errOut)
+	}
+	equalTrees(t, before, tree(t, a))
+	mustRun(t, "export-onnx", "--model", goldenTied, "--out", a, "--force")
+	if _, err := os.Stat(filepath.Join(a, "layer_07.onnx")); err != nil {
+		t.Errorf("--force did not replace the export: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"--layers", "0-9"}, {"--dtype", "bf16"}, {"--layout", "spiral"}, {"--granularity", "block", "--layers", "0-1"}, {"--gelu", "relu"},
+	} {
+		args := append([]string{"export-onnx", "--model", goldenTied, "--out", filepath.Join(dir, "x")}, bad...)
+		if _, errOut, code := run(t, args...); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", bad, code, errOut)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
+		t.Error("a refused export left its folder")
+	}
+}
+
+func TestVerifyCommand(t *testing.T) {
+	requireORT(t)
+	dir := t.TempDir()
+	good, tanh := filepath.Join(dir, "good"), filepath.Join(dir, "tanh")
+	mustRun(t, "export-onnx", "--model", goldenTied, "--out", good, "--context", "24")
+	out := mustRun(t, "--json", "verify", "--model", goldenTied, "--export", good, "--threads", "1")
+	var rep onnxgraphReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if !rep.Pass || rep.Steps != 16 || len(rep.Graphs) != 10 || rep.Top1 != 16 {
+		t.Fatalf("report: %+v", rep)
+	}
+	// A tanh-GELU export of an erf model is a different function: the
+	// per-graph bar (100 dB) catches it (about 80 dB).
+	mustRun(t, "export-onnx", "--model", goldenTied, "--out", tanh, "--context", "24", "--gelu", "tanh")
+	stdout, _, code := run(t, "verify", "--model", goldenTied, "--export", tanh, "--threads", "1")
+	if code != 1 || !strings.Contains(stdout, "FAIL: layer_") {
+		t.Errorf("tanh export: exit %d\n%s", code, stdout)
+	}
+	// A file that no longer matches its sha256 fails, even when the change
+	// (the lowest mantissa byte of one weight) is numerically invisible.
+	p := filepath.Join(good, "head.onnx")
+	data, _ := os.ReadFile(p)
+	data[len(data)/2&^3] ^= 1
+	os.WriteFile(p, data, 0o644)
+	if stdout, _, code := run(t, "verify", "--model", goldenTied, "--export", good, "--threads", "1"); code != 1 || !strings.Contains(stdout, "head.onnx: sha256") {
+		t.Errorf("tampered head: exit %d\n%s", code, stdout)
+	}
+	if _, errOut, code := run(t, "verify", "--model", goldenTied, "--export", good, "--ort-lib", filepath.Join(dir, "none.so")); code != 1 || !strings.Contains(errOut, "npm pack onnxruntime-node@1.30.0") {
+		t.Errorf("missing --ort-lib: exit %d, %s", code, errOut)
+	}
+}
+
+type onnxgraphReport struct {
+	Pass   bool `json:"pass"`
+	Steps  int  `json:"steps"`
+	Top1   int  `json:"top1_agree"`
+	Graphs []struct {
+		File string `json:"file"`
+		Pass bool   `json:"pass"`
+	} `json:"graphs"`
+}

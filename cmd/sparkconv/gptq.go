@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/gptq"
+)
+
+func init() {
+	var cf convertFlags
+	var o gptq.Options
+	cmd := &cobra.Command{
+		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--no-search]",
+		Short: "Write a GPTQ-format 4-bit checkpoint (W4A8 on vLLM's CPU int4_scaled_mm_cpu kernel)",
+		Long: `Quantizes the 5 linears of every layer to 4 bits on GPTQ's symmetric grid
+(w = (q - 8) * scale, one fp16 scale per group of --group input channels) and
+writes them as GPTQ v1 tensors (qweight, qzeros = 0x77777777, scales, g_idx)
+with quant_method "gptq", sym true, desc_act false: what vLLM's CPU path loads
+and runs with int8 dynamic activations (W4A8) on AMX CPUs with bf16 models.
+
+Codes are rounded to nearest with a per-group scale chosen by an MSE search
+over shrunk ranges (--no-search: plain absmax); no Hessian/calibration step.
+g_proj, the embeddings and the norms stay in the input dtype. --quant-head
+also quantizes the output head (untied from the embedding, which stays for
+the lookup): on CPU the bf16 head costs more per decode step than all the
+4-bit layers save.
+
+The model is checked first: vLLM's CPU path needs K and N multiples of 32 and
+a group size that divides K; nothing is written for a model it cannot load.`,
+		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --quant-head",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opt, err := cf.options()
+			if err != nil {
+				return err
+			}
+			o.Options = opt
+			if err := o.CheckFlags(); err != nil {
+				return usagef("%v", err)
+			}
+			r, err := gptq.Write(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if !o.QuantHead {
+				headNote(cmd)
+			}
+			if w, ok := r.Settings["warning"]; ok {
+				fmt.Fprintln(cmd.ErrOrStderr(), "sparkconv: warning:", w)
+			}
+			return print4bit(cmd, r, opt.Out)
+		},
+	}
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
+	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
+	f.BoolVar(&o.NoSearch, "no-search", false, "plain absmax scales instead of the per-group MSE scale search")
+	rootCmd.AddCommand(cmd)
+}

@@ -1,0 +1,161 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"sparkconv/fixtures"
+	"sparkconv/safetensors"
+	"sparkconv/spark"
+)
+
+// tinyModel generates the tiny fixture once per test binary.
+func tinyModel(t *testing.T, untied bool) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	os.Mkdir(dir, 0o755)
+	if err := fixtures.Generate(dir, fixtures.Options{Preset: "tiny", Seed: 3, Untied: untied}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// bf16 decodes little-endian bf16 bytes; written here from the format, not
+// shared with the converter.
+func bf16(raw []byte) []float64 {
+	out := make([]float64, len(raw)/2)
+	for i := range out {
+		out[i] = float64(math.Float32frombits(uint32(raw[2*i])<<16 | uint32(raw[2*i+1])<<24))
+	}
+	return out
+}
+
+// TestW8A8Independent decodes the written checkpoint from formats.md
+// section 2 alone and checks it against the input and the report.
+func TestW8A8Independent(t *testing.T) {
+	in := tinyModel(t, false)
+	out := filepath.Join(t.TempDir(), "w8a8")
+	rep, err := W8A8(context.Background(), Options{Model: in, Out: out, MaxShardSize: 3 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	data, _ := os.ReadFile(filepath.Join(out, "config.json"))
+	json.Unmarshal(data, &cfg)
+	qc := cfg["quantization_config"].(map[string]any)
+	want := map[string]any{
+		"quant_method": "compressed-tensors", "format": "int-quantized", "quantization_status": "compressed",
+		"ignore": []any{"lm_head", "re:.*g_proj$"}, "kv_cache_scheme": nil, "global_compression_ratio": nil,
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(qc[k], v) {
+			t.Errorf("quantization_config.%s = %v, want %v", k, qc[k], v)
+		}
+	}
+	g := qc["config_groups"].(map[string]any)["group_0"].(map[string]any)
+	w := g["weights"].(map[string]any)
+	a := g["input_activations"].(map[string]any)
+	if !reflect.DeepEqual(g["targets"], []any{"Linear"}) || w["num_bits"] != 8.0 || w["strategy"] != "channel" || w["symmetric"] != true || w["dynamic"] != false || w["type"] != "int" ||
+		a["strategy"] != "token" || a["dynamic"] != true || a["symmetric"] != true || a["num_bits"] != 8.0 {
+		t.Errorf("config group: %v", g)
+	}
+	if cfg["tie_word_embeddings"] != true {
+		t.Error("tie_word_embeddings changed")
+	}
+	for _, f := range []string{"tokenizer.json", "generation_config.json", "tokenizer_config.json", safetensors.IndexFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("missing %s", f)
+		}
+	}
+
+	src, _ := safetensors.OpenDir(in)
+	dst, err := safetensors.OpenDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	defer dst.Close()
+	reported := map[string]TensorReport{}
+	for _, r := range rep.Tensors {
+		reported[r.Name] = r
+	}
+	cfgM, _ := spark.LoadConfig(in)
+	for _, s := range cfgM.Tensors() {
+		_, orig, _ := src.Raw(s.Name)
+		if s.Kind != spark.KindLinear {
+			_, got, err := dst.Raw(s.Name)
+			if err != nil || !bytes.Equal(got, orig) {
+				t.Errorf("%s not copied bit for bit", s.Name)
+			}
+			continue
+		}
+		qi, q, err := dst.Raw(s.Module() + ".weight")
+		si, sc, err2 := dst.Raw(s.Module() + ".weight_scale")
+		if err != nil || err2 != nil {
+			t.Fatalf("%s: %v %v", s.Name, err, err2)
+		}
+		n, k := s.Shape[0], s.Shape[1]
+		if qi.DType != "I8" || !reflect.DeepEqual(qi.Shape, []int64{n, k}) || si.DType != "BF16" || !reflect.DeepEqual(si.Shape, []int64{n, 1}) {
+			t.Fatalf("%s: weight %s%v scale %s%v", s.Name, qi.DType, qi.Shape, si.DType, si.Shape)
+		}
+		if dst.Has(s.Module() + ".weight_zero_point") {
+			t.Errorf("%s: zero point written for a symmetric scheme", s.Name)
+		}
+		ref, scales := bf16(orig), bf16(sc)
+		var sig, noise, maxErr float64
+		for r := int64(0); r < n; r++ {
+			peak := 0
+			for c := int64(0); c < k; c++ {
+				code := int(int8(q[r*k+c]))
+				peak = max(peak, code, -code)
+				d := float64(code)*scales[r] - ref[r*k+c]
+				sig += ref[r*k+c] * ref[r*k+c]
+				noise += d * d
+				maxErr = max(maxErr, math.Abs(d))
+			}
+			if peak < 127 {
+				t.Fatalf("%s row %d: largest |code| %d, the row maximum must reach 127", s.Name, r, peak)
+			}
+		}
+		snr := 10 * math.Log10(sig/noise)
+		r := reported[s.Name]
+		if math.Abs(snr-r.SNRdB) > 1e-6 || math.Abs(maxErr-r.MaxErr) > 1e-9 {
+			t.Errorf("%s: decoded SNR %.6f dB, max err %.3g; report says %.6f, %.3g", s.Name, snr, maxErr, r.SNRdB, r.MaxErr)
+		}
+		// N(0, 0.02) rows give about 42 dB; rows with x10-50 outlier input
+		// channels lose 10-15 dB to the larger per-row scale.
+		lo, hi := 38.0, 44.0
+		if slices.ContainsFunc(fixtures.OutlierModules, func(m string) bool { return s.Module() == spark.LayerModule(s.Layer, m) }) {
+			lo, hi = 20, 34
+		}
+		if snr < lo || snr > hi {
+			t.Errorf("%s: SNR %.2f dB outside [%g, %g]", s.Name, snr, lo, hi)
+		}
+	}
+	if len(rep.Tensors) != 5*cfgM.NumLayers {
+		t.Errorf("report has %d tensors", len(rep.Tensors))
+	}
+	t.Logf("W8A8 tiny: SNR min %.2f mean %.2f max %.2f dB", rep.Totals.MinSNRdB, rep.Totals.MeanSNRdB, rep.Totals.MaxSNRdB)
+}
+
+// TestW8A8Cancelled stops midway: nothing is left behind.
+func TestW8A8Cancelled(t *testing.T) {
+	in := tinyModel(t, true)
+	parent := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := W8A8(ctx, Options{Model: in, Out: filepath.Join(parent, "o")})
+	if err == nil {
+		t.Fatal("cancelled conversion succeeded")
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("left behind: %v", entries)
+	}
+}

@@ -1,0 +1,37 @@
+// Package forward is the float32 reference forward of Spark-X2.5, exactly
+// as "One layer, exactly" in shared/spec/spark-x2.5.md: bf16 weights are
+// widened to float32 exactly and every activation is float32 (reductions of
+// RMSNorm and softmax, GELU, sigmoid and the RoPE angles in float64).
+//
+// It owns:
+//   - prefill over a token sequence (Model.Prefill), giving the logits at
+//     every position and, on request, every layer's input, post-RoPE keys,
+//     values, the last residual and the final norm: the tensors of
+//     shared/golden/*/expected.safetensors, under the same names
+//     (Result.Tensors);
+//   - one layer of the prefill on its own (Model.ForwardLayer), with an
+//     Observer that sees every intermediate tensor: calibration runs a corpus
+//     through the model layer by layer with it;
+//   - the decode step of the ONNX export contract (shared/spec/
+//     onnx-decode-step.md): one token through one layer against an explicit
+//     KV cache in the contract's layouts (Model.DecodeLayer, LayerCache with
+//     Ring and Roll layouts), the RoPE inputs of a layer graph (Model.RoPE),
+//     and a whole-model token-by-token Decoder on top;
+//   - Compare, the SNR / max-error measure the tests and verifiers use.
+//
+// Weights are read from the memory-mapped checkpoint. Layer weights are
+// widened to float32 on first use and kept in a small cache (Options.
+// CachedLayers): every layer for small models, two for the full-size one, so
+// a full-size prefill streams layer by layer and holds at most two layers'
+// float32 weights. The embedding is read row by row from its stored dtype and
+// the output head is widened block by block (Options.HeadBlockRows), so
+// neither is ever held as a whole float32 copy unless the model is small.
+//
+// The GEMMs are kernels.MatMulNT / MatMulNN / MatVecNT (all cores).
+// Attention runs per KV head and block of queries with the GQA query heads
+// stacked as rows (the ONNX graph's reshape), so the 4 query heads of a KV
+// head share one GEMM against its keys, and sliding layers only visit the
+// keys inside the window.
+//
+// A Model is not safe for concurrent use.
+package forward

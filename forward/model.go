@@ -1,0 +1,327 @@
+package forward
+
+import (
+	"fmt"
+	"math"
+
+	"sparkconv/dtype"
+	"sparkconv/kernels"
+	"sparkconv/spark"
+)
+
+// Options tune memory use; the zero value picks sensible defaults.
+type Options struct {
+	// CachedLayers is how many layers' float32 weights stay in memory at
+	// once (least recently used is dropped first). 0 chooses: all layers
+	// when their float32 weights fit in 2 GiB, else 2.
+	CachedLayers int
+	// HeadBlockRows is how many vocabulary rows of the head are widened to
+	// float32 at a time. 0 chooses 32 MiB worth of rows, or the whole head
+	// (kept) when every layer is cached and the head fits in 512 MiB.
+	HeadBlockRows int
+}
+
+// residentBudget is the float32 size under which every layer stays cached.
+const residentBudget = 2 << 30
+
+// Model runs the reference forward of an opened Spark checkpoint.
+type Model struct {
+	Spark *spark.Model
+	Cfg   *spark.Config
+
+	layers    *layerCache
+	headRows  int       // rows of the head widened per block
+	head      []float32 // the whole head in float32 when kept
+	norm      []float32 // model.norm.weight
+	embRaw    []byte
+	embType   dtype.DType
+	headRaw   []byte
+	headType  dtype.DType
+	ropeCache map[ropeKey]*ropeTable
+	bufs      map[string][]float32 // work buffers, see scratch
+}
+
+// Open opens the checkpoint folder dir (spark.Open) and wraps it.
+func Open(dir string, opt Options) (*Model, error) {
+	sm, err := spark.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := New(sm, opt)
+	if err != nil {
+		sm.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// New wraps an opened checkpoint. Nothing large is read yet.
+func New(sm *spark.Model, opt Options) (*Model, error) {
+	c := sm.Config
+	m := &Model{Spark: sm, Cfg: c, ropeCache: map[ropeKey]*ropeTable{}, bufs: map[string][]float32{}}
+	var err error
+	if _, m.norm, err = sm.Float32(spark.NormName); err != nil {
+		return nil, err
+	}
+	ti, raw, err := sm.Raw(spark.EmbedName)
+	if err != nil {
+		return nil, err
+	}
+	m.embRaw, m.embType = raw, ti.DType
+	ti, raw, err = sm.Raw(c.HeadWeight())
+	if err != nil {
+		return nil, err
+	}
+	m.headRaw, m.headType = raw, ti.DType
+	n := opt.CachedLayers
+	all := int64(c.NumLayers) * layerParams(c) * 4
+	if n <= 0 {
+		n = 2
+		if all <= residentBudget {
+			n = c.NumLayers
+		}
+	}
+	m.layers = &layerCache{cap: min(n, c.NumLayers)}
+	headBytes := int64(c.VocabSize) * int64(c.HiddenSize) * 4
+	switch {
+	case opt.HeadBlockRows > 0:
+		m.headRows = min(opt.HeadBlockRows, c.VocabSize)
+	case m.layers.cap == c.NumLayers && headBytes <= 512<<20:
+		m.headRows = c.VocabSize
+	default:
+		m.headRows = max(1, min(c.VocabSize, (32<<20)/(4*c.HiddenSize)))
+	}
+	return m, nil
+}
+
+// Close releases the checkpoint.
+func (m *Model) Close() error { return m.Spark.Close() }
+
+// layerParams is the number of weights in one layer.
+func layerParams(c *spark.Config) int64 {
+	h, i := int64(c.HiddenSize), int64(c.IntermediateSize)
+	return h*int64(c.QDim()+2*c.KVDim()) + h*int64(c.NumHeads) + int64(c.QDim())*h + 3*h*i + 2*h
+}
+
+// LayerFLOPs is the arithmetic of one layer's prefill over T tokens
+// (2 per multiply-add): the six linears plus the attention products over
+// the keys each query sees. Element-wise work is not counted.
+func LayerFLOPs(c *spark.Config, layer, T int) float64 {
+	h, i := float64(c.HiddenSize), float64(c.IntermediateSize)
+	lin := 2 * float64(T) * (h*float64(c.QDim()+2*c.KVDim()) + h*float64(c.NumHeads) + float64(c.QDim())*h + 3*h*i)
+	keys := 0.0
+	for p := range T {
+		lo := 0
+		if c.IsSliding(layer) {
+			lo = max(0, p-c.SlidingWindow+1)
+		}
+		keys += float64(p - lo + 1)
+	}
+	return lin + 4*keys*float64(c.NumHeads*c.HeadDim)
+}
+
+// Layer is one decoder layer's weights in float32, row-major [out, in].
+type Layer struct {
+	Index    int
+	Sliding  bool
+	InNorm   []float32 // [H] input_layernorm
+	QKV      []float32 // [QD+2*KVD, H] rows q, then k, then v
+	G        []float32 // [heads, H] g_proj, the head-wise output gate
+	O        []float32 // [H, QD] o_proj
+	PostNorm []float32 // [H] post_attention_layernorm
+	Gate     []float32 // [I, H] mlp.gate_proj
+	Up       []float32 // [I, H] mlp.up_proj
+	Down     []float32 // [H, I] mlp.down_proj
+}
+
+func (l *Layer) fields() []*[]float32 {
+	return []*[]float32{&l.InNorm, &l.QKV, &l.G, &l.O, &l.PostNorm, &l.Gate, &l.Up, &l.Down}
+}
+
+var layerModules = []string{spark.InputNorm, spark.QKV, spark.GateProj, spark.OProj, spark.PostNorm, spark.MLPGate, spark.MLPUp, spark.MLPDown}
+
+// layerCache keeps the most recently used layers, reusing an evicted
+// layer's buffers for the next one so streaming does not grow the heap.
+type layerCache struct {
+	cap    int
+	layers []*Layer // least recently used first
+}
+
+// Layer returns layer i's float32 weights, widening them on first use. The
+// returned weights stay valid until CachedLayers other layers are loaded.
+func (m *Model) Layer(i int) (*Layer, error) {
+	if i < 0 || i >= m.Cfg.NumLayers {
+		return nil, fmt.Errorf("layer %d out of range (model has %d layers)", i, m.Cfg.NumLayers)
+	}
+	lc := m.layers
+	for k, l := range lc.layers {
+		if l.Index == i {
+			lc.layers = append(append(lc.layers[:k:k], lc.layers[k+1:]...), l)
+			return l, nil
+		}
+	}
+	l := &Layer{}
+	if len(lc.layers) >= lc.cap {
+		l = lc.layers[0]
+		lc.layers = lc.layers[1:]
+	}
+	if err := m.loadLayer(l, i); err != nil {
+		return nil, err
+	}
+	lc.layers = append(lc.layers, l)
+	return l, nil
+}
+
+func (m *Model) loadLayer(l *Layer, i int) error {
+	l.Index, l.Sliding = i, m.Cfg.IsSliding(i)
+	for k, f := range l.fields() {
+		name := spark.LayerWeight(i, layerModules[k])
+		ti, raw, err := m.Spark.Raw(name)
+		if err != nil {
+			return err
+		}
+		n := int(ti.NumElements())
+		if cap(*f) < n {
+			*f = make([]float32, n)
+		}
+		*f = (*f)[:n]
+		if err := widen(*f, raw, ti.DType); err != nil {
+			return fmt.Errorf("%s: tensor %s: %w", m.Spark.File(name), name, err)
+		}
+	}
+	return nil
+}
+
+// widen converts raw float data to float32 on all cores.
+func widen(dst []float32, raw []byte, dt dtype.DType) error {
+	size := dt.Size()
+	if !dt.IsFloat() || len(raw) != len(dst)*size {
+		return fmt.Errorf("cannot read %d bytes of %s as %d float32 values", len(raw), dt, len(dst))
+	}
+	const grain = 1 << 16
+	var err error
+	kernels.Parallel((len(dst)+grain-1)/grain, func(lo, hi int) {
+		a, b := lo*grain, min(hi*grain, len(dst))
+		if e := dtype.ToFloat32(dst[a:b], raw[a*size:b*size], dt); e != nil {
+			err = e
+		}
+	})
+	return err
+}
+
+// Embed returns the embedding rows of ids, [T, H] (no scaling).
+func (m *Model) Embed(ids []int) ([]float32, error) {
+	h := m.Cfg.HiddenSize
+	x := make([]float32, len(ids)*h)
+	for t, id := range ids {
+		if err := m.EmbedRow(x[t*h:(t+1)*h], id); err != nil {
+			return nil, fmt.Errorf("position %d: %w", t, err)
+		}
+	}
+	return x, nil
+}
+
+// EmbedRow writes embed_tokens[id] into dst [H].
+func (m *Model) EmbedRow(dst []float32, id int) error {
+	if id < 0 || id >= m.Cfg.VocabSize {
+		return fmt.Errorf("token id %d out of range (vocab_size %d)", id, m.Cfg.VocabSize)
+	}
+	h, sz := m.Cfg.HiddenSize, m.embType.Size()
+	return dtype.ToFloat32(dst[:h], m.embRaw[id*h*sz:(id+1)*h*sz], m.embType)
+}
+
+// FinalNorm returns rmsnorm(x) * model.norm.weight for x [T, H].
+func (m *Model) FinalNorm(x []float32) []float32 {
+	out := make([]float32, len(x))
+	m.rmsNorm(out, x, m.norm)
+	return out
+}
+
+func (m *Model) rmsNorm(out, x, w []float32) {
+	h := len(w)
+	eps := float32(m.Cfg.RMSNormEps)
+	kernels.Parallel(len(x)/h, func(lo, hi int) {
+		kernels.RMSNorm(out[lo*h:hi*h], x[lo*h:hi*h], w, eps)
+	})
+}
+
+// HeadBlocks runs the output head over fn [T, H] one block of vocabulary
+// rows at a time: for each block [v0, v1) it calls visit with the logits
+// [T, v1-v0] of those rows (valid only during the call).
+func (m *Model) HeadBlocks(fn []float32, T int, visit func(v0, v1 int, logits []float32)) error {
+	c := m.Cfg
+	h, V := c.HiddenSize, c.VocabSize
+	if m.headRows >= V && m.head == nil {
+		m.head = make([]float32, V*h)
+		if err := widen(m.head, m.headRaw, m.headType); err != nil {
+			m.head = nil
+			return fmt.Errorf("head %s: %w", c.HeadWeight(), err)
+		}
+	}
+	var w []float32
+	if m.head == nil {
+		w = make([]float32, m.headRows*h)
+	}
+	out := make([]float32, T*m.headRows)
+	for v0 := 0; v0 < V; v0 += m.headRows {
+		v1 := min(v0+m.headRows, V)
+		nb := v1 - v0
+		wb, err := m.headRowsF32(w, v0, v1)
+		if err != nil {
+			return err
+		}
+		kernels.MatMulNT(out[:T*nb], fn, wb, T, nb, h)
+		visit(v0, v1, out[:T*nb])
+	}
+	return nil
+}
+
+// headRowsF32 returns head rows [v0, v1) in float32: a slice of the kept
+// head, or widened into buf.
+func (m *Model) headRowsF32(buf []float32, v0, v1 int) ([]float32, error) {
+	h, sz := m.Cfg.HiddenSize, m.headType.Size()
+	if m.head != nil {
+		return m.head[v0*h : v1*h], nil
+	}
+	wb := buf[:(v1-v0)*h]
+	if err := widen(wb, m.headRaw[v0*h*sz:v1*h*sz], m.headType); err != nil {
+		return nil, fmt.Errorf("head %s rows %d..%d: %w", m.Cfg.HeadWeight(), v0, v1, err)
+	}
+	return wb, nil
+}
+
+// Logits returns fn [T, H] @ head^T, [T, V].
+func (m *Model) Logits(fn []float32, T int) ([]float32, error) {
+	V := m.Cfg.VocabSize
+	logits := make([]float32, T*V)
+	err := m.HeadBlocks(fn, T, func(v0, v1 int, blk []float32) {
+		nb := v1 - v0
+		for t := range T {
+			copy(logits[t*V+v0:t*V+v1], blk[t*nb:(t+1)*nb])
+		}
+	})
+	return logits, err
+}
+
+// gelu applies the MLP activation of the config in place on all cores.
+func (m *Model) gelu(x []float32) {
+	tanh := m.Cfg.TanhGELU()
+	const grain = 1 << 14
+	kernels.Parallel((len(x)+grain-1)/grain, func(lo, hi int) {
+		s := x[lo*grain : min(hi*grain, len(x))]
+		if tanh {
+			geluTanh(s)
+		} else {
+			kernels.GELUErf(s)
+		}
+	})
+}
+
+// geluTanh is PyTorch's gelu(approximate="tanh"), evaluated in float64.
+func geluTanh(x []float32) {
+	k := math.Sqrt(2 / math.Pi)
+	for i, v := range x {
+		f := float64(v)
+		x[i] = float32(0.5 * f * (1 + math.Tanh(k*(f+0.044715*f*f*f))))
+	}
+}

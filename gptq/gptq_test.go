@@ -1,0 +1,494 @@
+package gptq
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"sparkconv/convert"
+	"sparkconv/fixtures"
+	"sparkconv/quant"
+	"sparkconv/safetensors"
+	"sparkconv/spark"
+)
+
+// The decoder below is written from formats.md section 1 (GPTQ v1), not
+// from the packers: it checks the files.
+
+func tinyModel(t testing.TB, untied bool) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixtures.Generate(dir, fixtures.Options{Preset: "tiny", Seed: 1, Untied: untied}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func decBF16(raw []byte) []float64 {
+	out := make([]float64, len(raw)/2)
+	for i := range out {
+		out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16))
+	}
+	return out
+}
+
+// decF16 decodes an IEEE binary16 value: 1 sign, 5 exponent (bias 15), 10
+// mantissa bits.
+func decF16(h uint16) float64 {
+	sign := 1.0
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	e, m := int(h>>10&0x1f), float64(h&0x3ff)
+	switch e {
+	case 0:
+		return sign * m * math.Pow(2, -24)
+	case 31:
+		if m == 0 {
+			return sign * math.Inf(1)
+		}
+		return math.NaN()
+	}
+	return sign * (1 + m/1024) * math.Pow(2, float64(e-15))
+}
+
+// gptqLinear is one decoded GPTQ v1 linear.
+type gptqLinear struct {
+	n, k, g int
+	q       []int     // [k*n]: q[k][n]
+	zero    []int     // [k/g * n]: true zero point (stored nibble + 1)
+	scale   []float64 // [k/g * n]
+	gidx    []int     // [k]
+}
+
+// value is scale[g_idx[k], n] * (q[k, n] - zero[g_idx[k], n]).
+func (l *gptqLinear) value(n, k int) float64 {
+	g := l.gidx[k]
+	return l.scale[g*l.n+n] * float64(l.q[k*l.n+n]-l.zero[g*l.n+n])
+}
+
+func readGPTQ(t *testing.T, ck *safetensors.Checkpoint, module string, n, k, g int) *gptqLinear {
+	t.Helper()
+	get := func(suffix, dt string, shape ...int64) []byte {
+		info, raw, err := ck.Raw(module + "." + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(info.DType) != dt || !reflect.DeepEqual(info.Shape, shape) {
+			t.Fatalf("%s.%s is %s%v, want %s%v", module, suffix, info.DType, info.Shape, dt, shape)
+		}
+		return raw
+	}
+	groups := k / g
+	qw := get("qweight", "I32", int64(k/8), int64(n))
+	qz := get("qzeros", "I32", int64(groups), int64(n/8))
+	sc := get("scales", "F16", int64(groups), int64(n))
+	gi := get("g_idx", "I32", int64(k))
+	l := &gptqLinear{n: n, k: k, g: g, q: make([]int, k*n), zero: make([]int, groups*n), scale: make([]float64, groups*n), gidx: make([]int, k)}
+	for r := 0; r < k/8; r++ {
+		for c := 0; c < n; c++ {
+			word := binary.LittleEndian.Uint32(qw[4*(r*n+c):])
+			for j := 0; j < 8; j++ {
+				l.q[(8*r+j)*n+c] = int(word >> (4 * j) & 15)
+			}
+		}
+	}
+	for gr := 0; gr < groups; gr++ {
+		for c := 0; c < n/8; c++ {
+			word := binary.LittleEndian.Uint32(qz[4*(gr*(n/8)+c):])
+			if word != 0x77777777 {
+				t.Fatalf("%s.qzeros[%d, %d] = %#x, want 0x77777777", module, gr, c, word)
+			}
+			for j := 0; j < 8; j++ {
+				l.zero[gr*n+8*c+j] = int(word>>(4*j)&15) + 1 // v1 stores zero - 1
+			}
+		}
+	}
+	for i := range l.scale {
+		l.scale[i] = decF16(binary.LittleEndian.Uint16(sc[2*i:]))
+	}
+	for i := range l.gidx {
+		l.gidx[i] = int(int32(binary.LittleEndian.Uint32(gi[4*i:])))
+		if l.gidx[i] != i/g {
+			t.Fatalf("%s.g_idx[%d] = %d, want %d", module, i, l.gidx[i], i/g)
+		}
+	}
+	return l
+}
+
+// plainSNR is GPTQ's symmetric absmax rule written from formats.md 1.3:
+// scale = fp16(2*amax/15) per group (an all-zero group uses 2/15),
+// q = clamp(round(w/scale) + 8, 0, 15), w' = (q - 8)*scale.
+func plainSNR(w []float64, n, k, g int) float64 {
+	var sig, noise float64
+	for r := 0; r < n; r++ {
+		for gi := 0; gi < k/g; gi++ {
+			seg := w[r*k+gi*g : r*k+(gi+1)*g]
+			amax := 0.0
+			for _, x := range seg {
+				amax = max(amax, math.Abs(x))
+			}
+			if amax == 0 {
+				amax = 1
+			}
+			s := roundF16(2 * amax / 15)
+			for _, x := range seg {
+				q := min(max(math.RoundToEven(x/s)+8, 0), 15)
+				d := (q-8)*s - x
+				sig += x * x
+				noise += d * d
+			}
+		}
+	}
+	return 10 * math.Log10(sig/noise)
+}
+
+// roundF16 rounds a normal-range positive x to 11 significant bits.
+func roundF16(x float64) float64 {
+	e := math.Floor(math.Log2(x))
+	e = max(e, -14) // subnormals keep the 2^-24 step
+	step := math.Pow(2, e-10)
+	return math.RoundToEven(x/step) * step
+}
+
+func readConfig(t *testing.T, dir string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func run(t *testing.T, o Options) *convert.Report {
+	t.Helper()
+	if o.Group == 0 {
+		o.Group = 128
+	}
+	o.Quiet, o.Version = true, "test"
+	r, err := Write(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestGPTQDecode decodes a --quant-head checkpoint of the tied tiny model,
+// checks it against the input and the report, and the config.
+func TestGPTQDecode(t *testing.T) {
+	for _, g := range []int{32, 64, 128} {
+		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
+			in := tinyModel(t, false)
+			out := filepath.Join(t.TempDir(), "gptq")
+			rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, Group: g, QuantHead: true})
+			checkGPTQ(t, in, out, rep, g, true, false)
+		})
+	}
+}
+
+func checkGPTQ(t *testing.T, in, out string, rep *convert.Report, g int, quantHead, noSearch bool) {
+	t.Helper()
+	cfg := readConfig(t, out)
+	qc := cfg["quantization_config"].(map[string]any)
+	method, mse := "rtn-mse-search", 2.0
+	if noSearch {
+		method, mse = "rtn-absmax", 0
+	}
+	want := map[string]any{
+		"quant_method": "gptq", "checkpoint_format": "gptq", "bits": 4.0, "group_size": float64(g),
+		"sym": true, "desc_act": false, "lm_head": quantHead, "pack_dtype": "int32",
+		"dynamic":         map[string]any{"-:.*g_proj": map[string]any{}},
+		"true_sequential": false, "static_groups": false,
+		"meta": map[string]any{"quantizer": []any{"sparkconv:test"}, "method": method, "calibration": "none", "mse": mse},
+	}
+	for k, v := range want {
+		if !reflect.DeepEqual(qc[k], v) {
+			t.Errorf("quantization_config.%s = %v, want %v", k, qc[k], v)
+		}
+	}
+	if _, ok := qc["damp_percent"]; ok {
+		t.Error("damp_percent written although no Hessian step ran")
+	}
+	if cfg["tie_word_embeddings"] != !quantHead {
+		t.Errorf("tie_word_embeddings = %v", cfg["tie_word_embeddings"])
+	}
+	src, err := spark.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := safetensors.OpenDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	reported := map[string]convert.TensorReport{}
+	for _, r := range rep.Tensors {
+		reported[r.Name] = r
+	}
+	targets := convert.Int4Targets(src.Config, quantHead)
+	var gain float64
+	for _, tg := range targets {
+		_, raw, _ := src.Raw(tg.Source)
+		ref := decBF16(raw)
+		l := readGPTQ(t, dst, tg.Module, tg.N, tg.K, g)
+		var sig, noise, maxErr float64
+		for n := 0; n < tg.N; n++ {
+			for k := 0; k < tg.K; k++ {
+				x := ref[n*tg.K+k]
+				d := l.value(n, k) - x
+				sig += x * x
+				noise += d * d
+				maxErr = max(maxErr, math.Abs(d))
+			}
+		}
+		snr := 10 * math.Log10(sig/noise)
+		r, ok := reported[tg.Source]
+		if !ok {
+			t.Fatalf("%s not reported", tg.Source)
+		}
+		if math.Abs(snr-r.SNRdB) > 1e-3 || math.Abs(maxErr-r.MaxErr) > 1e-6*max(1, maxErr) {
+			t.Errorf("%s: decoded SNR %.5f dB, max err %.4g; report %.5f, %.4g", tg.Source, snr, maxErr, r.SNRdB, r.MaxErr)
+		}
+		if p := plainSNR(ref, tg.N, tg.K, g); math.Abs(p-*r.PlainSNRdB) > 1e-3 {
+			t.Errorf("%s: absmax SNR %.5f dB, report's plain %.5f", tg.Source, p, *r.PlainSNRdB)
+		}
+		if *r.PlainSNRdB > r.SNRdB {
+			t.Errorf("%s: the search lost (%.3f vs plain %.3f dB)", tg.Source, r.SNRdB, *r.PlainSNRdB)
+		}
+		if snr < 10 || snr > 25 {
+			t.Errorf("%s: SNR %.2f dB outside 10-25", tg.Source, snr)
+		}
+		gain += r.SNRdB - *r.PlainSNRdB
+		if dst.Has(tg.Module + ".weight") {
+			t.Errorf("%s.weight written beside the quantized tensors", tg.Module)
+		}
+	}
+	gain /= float64(len(targets))
+	if !noSearch && gain < 0.4 {
+		t.Errorf("the search gained %.3f dB on average, want >= 0.4", gain)
+	}
+	t.Logf("g%d: %d tensors, SNR mean %.2f dB (plain %.2f), gain %.2f dB", g, len(targets), rep.Totals.MeanSNRdB, rep.Totals.PlainMeanSNRdB, gain)
+	if len(rep.Tensors) != len(targets) {
+		t.Errorf("report has %d tensors, want %d", len(rep.Tensors), len(targets))
+	}
+	for _, s := range src.Config.Tensors() {
+		if s.Kind == spark.KindLinear || (s.Kind == spark.KindHead && quantHead) {
+			continue
+		}
+		_, a, _ := src.Raw(s.Name)
+		_, b, err := dst.Raw(s.Name)
+		if err != nil || string(a) != string(b) {
+			t.Errorf("%s not copied bit for bit (%v)", s.Name, err)
+		}
+	}
+	if quantHead && dst.Has(spark.HeadName) {
+		t.Error("lm_head.weight written with --quant-head")
+	}
+}
+
+// TestGPTQNoSearch: absmax scales; the report's SNR is the plain one.
+func TestGPTQNoSearch(t *testing.T) {
+	in := tinyModel(t, false)
+	out := filepath.Join(t.TempDir(), "gptq")
+	rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, Group: 64, NoSearch: true})
+	checkGPTQ(t, in, out, rep, 64, false, true)
+	for _, r := range rep.Tensors {
+		if r.SNRdB != *r.PlainSNRdB {
+			t.Errorf("%s: %.4f vs plain %.4f", r.Name, r.SNRdB, *r.PlainSNRdB)
+		}
+	}
+}
+
+// TestGPTQUntiedHead: an untied head is quantized from lm_head.weight.
+func TestGPTQUntiedHead(t *testing.T) {
+	in := tinyModel(t, true)
+	out := filepath.Join(t.TempDir(), "gptq")
+	rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, QuantHead: true})
+	checkGPTQ(t, in, out, rep, 128, true, false)
+	names := map[string]bool{}
+	for _, r := range rep.Tensors {
+		names[r.Name] = true
+	}
+	if !names[spark.HeadName] || names[spark.EmbedName] {
+		t.Errorf("head read from the wrong tensor: %v", names)
+	}
+}
+
+func writeConfigOnly(t *testing.T, set map[string]any) string {
+	t.Helper()
+	cfg := map[string]any{}
+	data, _ := os.ReadFile(filepath.Join(tinyModel(t, false), "config.json"))
+	json.Unmarshal(data, &cfg)
+	for k, v := range set {
+		cfg[k] = v
+	}
+	dir := filepath.Join(t.TempDir(), "odd")
+	os.Mkdir(dir, 0o755)
+	out, _ := json.Marshal(cfg)
+	os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644)
+	return dir
+}
+
+func TestGPTQRefusals(t *testing.T) {
+	cases := []struct {
+		name  string
+		set   map[string]any // config.json changes (nil: the tiny model)
+		o     Options
+		flag  bool
+		wants []string
+	}{
+		{"group 256", nil, Options{Group: 256}, true, []string{"--group 256", "[32 64 128]"}},
+		{"group 16", nil, Options{Group: 16}, true, []string{"--group 16"}},
+		{"K%32", map[string]any{"intermediate_size": 784}, Options{Group: 32}, false, []string{
+			"model.layers.0.mlp.down_proj.weight [256, 784] (N=256 out, K=784 in): K=784 is not a multiple of 32",
+			"model.layers.0.mlp.gate_proj.weight [784, 256] (N=784 out, K=256 in): N=784 is not a multiple of 32",
+			"(and 3 more tensors)"}},
+		{"group does not divide K", map[string]any{"intermediate_size": 800}, Options{Group: 128}, false, []string{
+			"model.layers.0.mlp.down_proj.weight [256, 800] (N=256 out, K=800 in): --group 128 does not divide K=800"}},
+		{"vocab%64", map[string]any{"vocab_size": 544}, Options{Group: 128, QuantHead: true}, false, []string{
+			"model.embed_tokens.weight [544, 256] (N=544 out, K=256 in): vocab_size 544 is not a multiple of 64: vLLM pads"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.set != nil {
+				c.o.Model = writeConfigOnly(t, c.set)
+			} else {
+				c.o.Model = tinyModel(t, false)
+			}
+			parent := t.TempDir()
+			c.o.Out = filepath.Join(parent, "out")
+			if err := c.o.CheckFlags(); (err != nil) != c.flag {
+				t.Errorf("CheckFlags = %v, want a usage error: %v", err, c.flag)
+			}
+			_, err := Write(context.Background(), c.o)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+				t.Errorf("wrote %v before refusing", entries)
+			}
+		})
+	}
+	// vocab 544 without --quant-head is fine for the check.
+	cfg, _ := spark.ParseConfig(mustRead(t, filepath.Join(writeConfigOnly(t, map[string]any{"vocab_size": 544}), "config.json")))
+	if err := CheckModel(cfg, Options{Group: 128}); err != nil {
+		t.Errorf("bf16 head refused: %v", err)
+	}
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func treeSums(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	sums := map[string]string{}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() == convert.ReportFile {
+			continue
+		}
+		h := sha256.Sum256(mustRead(t, filepath.Join(dir, e.Name())))
+		sums[e.Name()] = hex.EncodeToString(h[:])
+	}
+	return sums
+}
+
+func tensorBytes(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	out := map[string]string{}
+	for _, n := range ck.Names() {
+		_, b, _ := ck.Raw(n)
+		out[n] = string(b)
+	}
+	return out
+}
+
+// rechoose is a chooser whose codes cannot be recomputed from the scales
+// (like a Hessian-based GPTQ): the writer must call Choose again.
+type rechoose struct {
+	convert.RTN
+	calls map[string]int
+}
+
+func (c rechoose) Choose(dst *quant.Int4Result, name string, m quant.Matrix, group int, dt quant.ScaleDType) error {
+	c.calls[name]++
+	return c.RTN.Choose(dst, name, m, group, dt)
+}
+
+func (rechoose) Recode(*quant.Int4Result, quant.Matrix) bool { return false }
+
+// TestGPTQDeterministic: two runs give the same files; a sharded run and a
+// run with a chooser that cannot recode give the same tensors.
+func TestGPTQDeterministic(t *testing.T) {
+	in := tinyModel(t, false)
+	dir := t.TempDir()
+	o := Options{Options: convert.Options{Model: in}, Group: 64, QuantHead: true}
+	o.Out = filepath.Join(dir, "a")
+	run(t, o)
+	o.Out = filepath.Join(dir, "b")
+	run(t, o)
+	if a, b := treeSums(t, filepath.Join(dir, "a")), treeSums(t, filepath.Join(dir, "b")); !reflect.DeepEqual(a, b) {
+		t.Errorf("two runs differ:\n%v\n%v", a, b)
+	}
+	ref := tensorBytes(t, filepath.Join(dir, "a"))
+	for _, v := range []struct {
+		name  string
+		shard int64
+	}{{"sharded", 64 << 10}, {"single", 0}} {
+		c := rechoose{RTN: convert.RTN{Grid: convert.GridSym4, Search: true}, calls: map[string]int{}}
+		o.Out, o.MaxShardSize, o.Chooser = filepath.Join(dir, v.name), v.shard, c
+		run(t, o)
+		got := tensorBytes(t, o.Out)
+		if len(got) != len(ref) {
+			t.Fatalf("%s: %d tensors, want %d", v.name, len(got), len(ref))
+		}
+		for n, b := range ref {
+			if got[n] != b {
+				t.Errorf("%s: %s differs", v.name, n)
+			}
+		}
+		// qweight (int32) is always written before scales (fp16), which
+		// come from the cache: each linear is chosen once.
+		for n, calls := range c.calls {
+			if calls != 1 {
+				t.Errorf("%s: %s chosen %d times", v.name, n, calls)
+			}
+		}
+		if len(c.calls) != 4*5+1 {
+			t.Errorf("%s: %d linears chosen", v.name, len(c.calls))
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package kernels
+
+import "golang.org/x/sys/cpu"
+
+//go:generate go run gen_asm.go
+
+// Assembly micro-kernels (gemm_amd64.s): C[mr x nr] += A-panel * B-panel
+// with ldc in elements. They must only run when the CPU has the features.
+
+//go:noescape
+func sgemmAVX512x14x32(k int, a, b, c *float32, ldc int)
+
+//go:noescape
+func dgemmAVX512x14x16(k int, a, b, c *float64, ldc int)
+
+//go:noescape
+func sgemmAVX2x6x16(k int, a, b, c *float32, ldc int)
+
+//go:noescape
+func dgemmAVX2x6x8(k int, a, b, c *float64, ldc int)
+
+// asmKernel wraps an assembly micro-kernel, checking the slice bounds it
+// relies on so a driver bug panics instead of corrupting memory.
+func asmKernel[T float](mr, nr int, f func(k int, a, b, c *T, ldc int)) func(k int, a, b, c []T, ldc int) {
+	return func(k int, a, b, c []T, ldc int) {
+		_ = a[k*mr-1]
+		_ = b[k*nr-1]
+		_ = c[(mr-1)*ldc+nr-1]
+		f(k, &a[0], &b[0], &c[0], ldc)
+	}
+}
+
+var (
+	avx512Sgemm = &microKernel[float32]{name: "avx512-14x32", mr: 14, nr: 32, kc: 384, mc: 560, nc: 256,
+		fn: asmKernel(14, 32, sgemmAVX512x14x32), packA: packANormalAVX512, packB: packBTransAVX512}
+	avx512Dgemm = &microKernel[float64]{name: "avx512-14x16", mr: 14, nr: 16, kc: 256, mc: 168, nc: 256,
+		fn: asmKernel(14, 16, dgemmAVX512x14x16), packA: packANormalF64AVX512, packB: packBTransF64AVX512}
+	avx2Sgemm = &microKernel[float32]{name: "avx2-6x16", mr: 6, nr: 16, kc: 256, mc: 96, nc: 512,
+		fn: asmKernel(6, 16, sgemmAVX2x6x16)}
+	avx2Dgemm = &microKernel[float64]{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 96, nc: 256,
+		fn: asmKernel(6, 8, dgemmAVX2x6x8)}
+)
+
+func init() {
+	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		sgemmAll = append(sgemmAll, avx2Sgemm)
+		dgemmAll = append(dgemmAll, avx2Dgemm)
+		sgemmKern, dgemmKern = avx2Sgemm, avx2Dgemm
+	}
+	if cpu.X86.HasAVX512F {
+		addF32ToF64 = func(dst []float64, src []float32) {
+			if len(src) > 0 {
+				_ = dst[len(src)-1]
+				addF32ToF64AVX512(&dst[0], &src[0], len(src))
+			}
+		}
+		transposeAdd = transposeAddAVX512
+		matVecRows = matVecRowsAVX512
+		dot = dotAVX512
+		sgemmAll = append(sgemmAll, avx512Sgemm)
+		dgemmAll = append(dgemmAll, avx512Dgemm)
+		sgemmKern, dgemmKern = avx512Sgemm, avx512Dgemm
+	}
+}
+
+//go:noescape
+func transpose16x16AVX512(src *float32, lds int, dst *float32, ldd int, mask uint16)
+
+// packBTransAVX512 is packB for nr = 32 and a transposed B (B(p,j) at
+// data[j*ld+p], the NT case): full 16x16 blocks go through the AVX-512
+// transpose, the ragged rest through the generic packer.
+func packBTransAVX512(dst []float32, b operand[float32], p0, kb, j0, cols, nr int) {
+	if !b.trans && nr == 32 {
+		packBNormal32(dst, b, p0, kb, j0, cols)
+		return
+	}
+	if !b.trans || nr != 32 {
+		packB(dst, b, p0, kb, j0, cols, nr)
+		return
+	}
+	kFull := kb &^ 15
+	for q := 0; q*nr < cols; q++ {
+		base := j0 + q*nr
+		if cols-q*nr < nr || kFull == 0 {
+			packB(dst[q*kb*nr:], b, p0, kb, base, min(nr, cols-q*nr), nr)
+			continue
+		}
+		d := dst[q*kb*nr : (q+1)*kb*nr]
+		_ = b.data[(base+nr-1)*b.ld+p0+kb-1]
+		for p := 0; p < kFull; p += 16 {
+			transpose16x16AVX512(&b.data[base*b.ld+p0+p], b.ld, &d[p*nr], nr, 0xFFFF)
+			transpose16x16AVX512(&b.data[(base+16)*b.ld+p0+p], b.ld, &d[p*nr+16], nr, 0xFFFF)
+		}
+		for c := range nr {
+			src := b.data[(base+c)*b.ld+p0+kFull : (base+c)*b.ld+p0+kb]
+			for p, v := range src {
+				d[(kFull+p)*nr+c] = v
+			}
+		}
+	}
+}
+
+// packANormalAVX512 is packA for mr = 14, alpha = 1 and a row-major A:
+// each panel is transposed 16 rows at a time (two rows past the panel are
+// read, when they exist in the slice, and masked off).
+func packANormalAVX512(dst []float32, a operand[float32], i0, rows, k, mr int, alpha float32) {
+	if a.trans || mr != 14 || alpha != 1 {
+		packA(dst, a, i0, rows, k, mr, alpha)
+		return
+	}
+	kFull := k &^ 15
+	for q := 0; q*mr < rows; q++ {
+		base := i0 + q*mr
+		if rows-q*mr < mr || kFull == 0 || (base+15)*a.ld+k > len(a.data) {
+			packA(dst[q*k*mr:], a, base, min(mr, rows-q*mr), k, mr, alpha)
+			continue
+		}
+		d := dst[q*k*mr : (q+1)*k*mr]
+		for p := 0; p < kFull; p += 16 {
+			transpose16x16AVX512(&a.data[base*a.ld+p], a.ld, &d[p*mr], mr, 0x3FFF)
+		}
+		for r := range mr {
+			src := a.data[(base+r)*a.ld+kFull : (base+r)*a.ld+k]
+			for p, v := range src {
+				d[(kFull+p)*mr+r] = v
+			}
+		}
+	}
+}
+
+//go:noescape
+func addF32ToF64AVX512(dst *float64, src *float32, n int)
+
+//go:noescape
+func transposeAddF32ToF64AVX512(dst *float64, ldd int, src *float32, lds int)
+
+// transposeAddAVX512 is transposeAddGo with 16x16 assembly tiles.
+func transposeAddAVX512(dst []float64, ldd int, src []float32, lds, rows, cols int) {
+	r16, c16 := rows&^15, cols&^15
+	if r16 > 0 && c16 > 0 {
+		_ = dst[(c16-1)*ldd+r16-1]
+		_ = src[(r16-1)*lds+c16-1]
+		for j := 0; j < c16; j += 16 {
+			for r := 0; r < r16; r += 16 {
+				transposeAddF32ToF64AVX512(&dst[j*ldd+r], ldd, &src[r*lds+j], lds)
+			}
+		}
+	}
+	if c16 < cols {
+		transposeAddGo(dst[c16*ldd:], ldd, src[c16:], lds, rows, cols-c16)
+	}
+	if r16 < rows && c16 > 0 {
+		transposeAddGo(dst[r16:], ldd, src[r16*lds:], lds, rows-r16, c16)
+	}
+}
+
+//go:noescape
+func sdot4AVX512(b *float32, ldb int, x *float32, k int, y *float32)
+
+// matVecRowsAVX512 is matVecRows with four rows per assembly call; the
+// k%16 tail is summed in Go.
+func matVecRowsAVX512(y, b, x []float32, k int) {
+	k16 := k &^ 15
+	j := 0
+	if k16 > 0 {
+		for ; j+4 <= len(y); j += 4 {
+			_ = b[(j+3)*k+k16-1]
+			_ = x[k16-1]
+			sdot4AVX512(&b[j*k], k, &x[0], k16, &y[j])
+			for r := range 4 {
+				y[j+r] += dotGo(b[(j+r)*k+k16:(j+r+1)*k], x[k16:k])
+			}
+		}
+	}
+	for ; j < len(y); j++ {
+		y[j] = dot(b[j*k:(j+1)*k], x)
+	}
+}
+
+// dotAVX512 is Dot with the 16-aligned bulk in assembly (one row of sdot4
+// would waste three; use the 4-row kernel on a 1-row view instead).
+func dotAVX512(a, b []float32) float32 {
+	n16 := len(a) &^ 15
+	if n16 < 64 {
+		return dotGo(a, b)
+	}
+	var y [4]float32
+	// ldb = 0: all four "rows" are a; only y[0] is used.
+	sdot4AVX512(&a[0], 0, &b[0], n16, &y[0])
+	return y[0] + dotGo(a[n16:], b[n16:len(a)])
+}
+
+//go:noescape
+func transpose8x8F64AVX512(src *float64, lds int, dst *float64, ldd int, mask uint8, alpha float64)
+
+// packBTransF64AVX512 is packB for float64, nr = 16 and a transposed B,
+// using 8x8 assembly transposes for the full blocks.
+func packBTransF64AVX512(dst []float64, b operand[float64], p0, kb, j0, cols, nr int) {
+	if !b.trans && nr == 16 {
+		packBNormal16(dst, b, p0, kb, j0, cols)
+		return
+	}
+	if !b.trans || nr != 16 {
+		packB(dst, b, p0, kb, j0, cols, nr)
+		return
+	}
+	kFull := kb &^ 7
+	for q := 0; q*nr < cols; q++ {
+		base := j0 + q*nr
+		if cols-q*nr < nr || kFull == 0 {
+			packB(dst[q*kb*nr:], b, p0, kb, base, min(nr, cols-q*nr), nr)
+			continue
+		}
+		d := dst[q*kb*nr : (q+1)*kb*nr]
+		_ = b.data[(base+nr-1)*b.ld+p0+kb-1]
+		for p := 0; p < kFull; p += 8 {
+			transpose8x8F64AVX512(&b.data[base*b.ld+p0+p], b.ld, &d[p*nr], nr, 0xFF, 1)
+			transpose8x8F64AVX512(&b.data[(base+8)*b.ld+p0+p], b.ld, &d[p*nr+8], nr, 0xFF, 1)
+		}
+		for c := range nr {
+			src := b.data[(base+c)*b.ld+p0+kFull : (base+c)*b.ld+p0+kb]
+			for p, v := range src {
+				d[(kFull+p)*nr+c] = v
+			}
+		}
+	}
+}
+
+// packANormalF64AVX512 is packA for float64, mr = 14 and a row-major A:
+// each panel is transposed 8 rows at a time (the second block reads two
+// rows past the panel, when they exist in the slice, and masks them off).
+func packANormalF64AVX512(dst []float64, a operand[float64], i0, rows, k, mr int, alpha float64) {
+	if a.trans || mr != 14 {
+		packA(dst, a, i0, rows, k, mr, alpha)
+		return
+	}
+	kFull := k &^ 7
+	for q := 0; q*mr < rows; q++ {
+		base := i0 + q*mr
+		if rows-q*mr < mr || kFull == 0 || (base+15)*a.ld+k > len(a.data) {
+			packA(dst[q*k*mr:], a, base, min(mr, rows-q*mr), k, mr, alpha)
+			continue
+		}
+		d := dst[q*k*mr : (q+1)*k*mr]
+		for p := 0; p < kFull; p += 8 {
+			transpose8x8F64AVX512(&a.data[base*a.ld+p], a.ld, &d[p*mr], mr, 0xFF, alpha)
+			transpose8x8F64AVX512(&a.data[(base+8)*a.ld+p], a.ld, &d[p*mr+8], mr, 0x3F, alpha)
+		}
+		for r := range mr {
+			src := a.data[(base+r)*a.ld+kFull : (base+r)*a.ld+k]
+			for p, v := range src {
+				d[(kFull+p)*mr+r] = alpha * v
+			}
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package kernels
+
+import "math"
+
+// syrkTile is the side of the square H tiles SyrkAccumulate hands to its
+// workers, and syrkChunk the longest run of tokens summed in float32 before
+// the result is added into the float64 matrix.
+const (
+	syrkTile  = 256
+	syrkChunk = 512
+)
+
+// SyrkAccumulate adds X^T X to H: H[k,k] += X[t,k]^T X[t,k] (the GPTQ
+// calibration Hessian of a linear layer's input). The products of each run
+// of up to 512 tokens are summed in float32 by the GEMM kernel and then added
+// into H in float64. H stays fully symmetric: both triangles are updated.
+func SyrkAccumulate(h []float64, x []float32, t, k int) {
+	checkLen("SyrkAccumulate", "h", h, k*k)
+	checkLen("SyrkAccumulate", "x", x, t*k)
+	if t <= 0 || k <= 0 {
+		return
+	}
+	blocks := (k + syrkTile - 1) / syrkTile
+	tiles := blocks * (blocks + 1) / 2 // the lower block triangle
+	workers := numWorkers(tiles)
+	bufs := make([]*[]float32, workers)
+	for w := range bufs {
+		bufs[w] = getBuf[float32](min(syrkTile, k) * min(syrkTile, k))
+	}
+	for t0 := 0; t0 < t; t0 += syrkChunk {
+		tc := min(syrkChunk, t-t0)
+		xs := x[t0*k : (t0+tc)*k]
+		parallelTasks(tiles, func(w, task int) {
+			// task -> (bi, bj) with bj <= bi, row-major over the triangle.
+			bi := int((math.Sqrt(8*float64(task)+1) - 1) / 2)
+			for bi*(bi+1)/2 > task {
+				bi--
+			}
+			for (bi+1)*(bi+2)/2 <= task {
+				bi++
+			}
+			bj := task - bi*(bi+1)/2
+			syrkTileAdd(h, xs, tc, k, bi*syrkTile, bj*syrkTile, *bufs[w])
+		})
+	}
+	for _, b := range bufs {
+		putBuf(b)
+	}
+}
+
+// syrkTileAdd adds the tile H[i0:i0+ib, j0:j0+jb] of X^T X (j0 <= i0) and,
+// off the diagonal, its transpose H[j0:j0+jb, i0:i0+ib].
+func syrkTileAdd(h []float64, x []float32, t, k, i0, j0 int, buf []float32) {
+	ib, jb := min(syrkTile, k-i0), min(syrkTile, k-j0)
+	c := buf[:ib*jb]
+	gemmSerial(ib, jb, t, operand[float32]{x[i0:], k, true}, operand[float32]{x[j0:], k, false}, c, jb, 1, false, sgemmKern)
+	for r := range ib {
+		addF32ToF64(h[(i0+r)*k+j0:(i0+r)*k+j0+jb], c[r*jb:(r+1)*jb])
+	}
+	if i0 != j0 {
+		transposeAdd(h[j0*k+i0:], k, c, jb, ib, jb)
+	}
+}
+
+// addF32ToF64 does dst[i] += float64(src[i]) (assembly on amd64 when
+// available).
+var addF32ToF64 = addF32ToF64Go
+
+func addF32ToF64Go(dst []float64, src []float32) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] += float64(v)
+	}
+}
+
+// transposeAdd does dst[j*ldd+r] += float64(src[r*lds+j]) for r < rows,
+// j < cols (assembly tiles on amd64 when available).
+var transposeAdd = transposeAddGo
+
+func transposeAddGo(dst []float64, ldd int, src []float32, lds, rows, cols int) {
+	const tile = 32
+	for j0 := 0; j0 < cols; j0 += tile {
+		for r0 := 0; r0 < rows; r0 += tile {
+			for j := j0; j < min(j0+tile, cols); j++ {
+				d := dst[j*ldd+r0 : j*ldd+min(r0+tile, rows)]
+				for r := range d {
+					d[r] += float64(src[(r0+r)*lds+j])
+				}
+			}
+		}
+	}
+}

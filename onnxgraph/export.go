@@ -1,0 +1,554 @@
+package onnxgraph
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"sparkconv/spark"
+)
+
+// ExportOptions are the export-onnx flags.
+type ExportOptions struct {
+	Layout      string // ring, roll or auto (ring sliding, roll full)
+	Context     int    // full layers hold Context-1 slots
+	DType       DType  // Float32 or Float16: every float input, output and weight
+	Granularity string // layer or block
+	// GELU is erf or tanh; "" follows config.json's hidden_act.
+	GELU string
+	// Layers selects the layer indices to export; nil means all. The embed
+	// graph is written when layer 0 is selected, the head when the last
+	// layer is: disjoint ranges shard an export with each graph written once.
+	Layers []int
+	// MaskValue is what the runtime writes for an empty slot (default -1e4).
+	MaskValue float64
+	// Write tunes external data (tests lower the 2 GiB threshold).
+	Write WriteOptions
+	// Done, if set, is called after each file with its name and size.
+	Done func(file string, bytes int64)
+}
+
+// DefaultMaskValue is the manifest's mask_value unless overridden.
+const DefaultMaskValue = -10000.0
+
+func (o *ExportOptions) normalize(c *spark.Config) error {
+	if o.Layout == "" {
+		o.Layout = LayoutAuto
+	}
+	if o.Layout != LayoutRing && o.Layout != LayoutRoll && o.Layout != LayoutAuto {
+		return fmt.Errorf("layout %q: want ring, roll or auto", o.Layout)
+	}
+	if o.Context == 0 {
+		o.Context = 1024
+	}
+	if o.Context < 2 {
+		return fmt.Errorf("context %d: must be >= 2", o.Context)
+	}
+	if o.DType == 0 {
+		o.DType = Float32
+	}
+	if o.DType != Float32 && o.DType != Float16 {
+		return fmt.Errorf("dtype %s: want float32 or float16", o.DType)
+	}
+	if o.Granularity == "" {
+		o.Granularity = "layer"
+	}
+	if o.Granularity != "layer" && o.Granularity != "block" {
+		return fmt.Errorf("granularity %q: want layer or block", o.Granularity)
+	}
+	if o.GELU == "" {
+		o.GELU = "erf"
+		if c.TanhGELU() {
+			o.GELU = "tanh"
+		}
+	}
+	if o.GELU != "erf" && o.GELU != "tanh" {
+		return fmt.Errorf("gelu %q: want erf or tanh", o.GELU)
+	}
+	if o.MaskValue == 0 {
+		o.MaskValue = DefaultMaskValue
+	}
+	if !(o.MaskValue < 0) || math.IsInf(o.MaskValue, 0) || (o.DType == Float16 && o.MaskValue < -65504) {
+		return fmt.Errorf("mask value %v: must be finite, negative (and >= -65504 for float16)", o.MaskValue)
+	}
+	if o.Layers == nil {
+		for i := range c.NumLayers {
+			o.Layers = append(o.Layers, i)
+		}
+	}
+	seen := map[int]bool{}
+	for _, i := range o.Layers {
+		if i < 0 || i >= c.NumLayers || seen[i] {
+			return fmt.Errorf("layer %d: out of range 0..%d or repeated", i, c.NumLayers-1)
+		}
+		seen[i] = true
+	}
+	return nil
+}
+
+// ParseLayers reads a --layers value: "all", "5", "0-27", "0-3,8,12-15".
+func ParseLayers(s string, numLayers int) ([]int, error) {
+	if s == "" || s == "all" {
+		return nil, nil
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("layers %q: %q is not a layer index", s, part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, fmt.Errorf("layers %q: %q is not a range", s, part)
+			}
+		}
+		if a < 0 || b < a || b >= numLayers {
+			return nil, fmt.Errorf("layers %q: %q outside 0..%d", s, part, numLayers-1)
+		}
+		for i := a; i <= b; i++ {
+			if seen[i] {
+				return nil, fmt.Errorf("layers %q: layer %d given twice", s, i)
+			}
+			seen[i] = true
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// layerPlan is what one layer's graph section needs to know.
+type layerPlan struct {
+	LayerInfo
+	sliding bool
+}
+
+func planLayer(c *spark.Config, i int, o *ExportOptions) layerPlan {
+	p := layerPlan{sliding: c.IsSliding(i)}
+	p.Layer = i
+	p.LayerType = string(c.LayerTypes[i])
+	p.Layout = o.Layout
+	if o.Layout == LayoutAuto {
+		p.Layout = LayoutRoll
+		if p.sliding {
+			p.Layout = LayoutRing
+		}
+	}
+	p.CacheSlots = c.CacheSlots(i, o.Context)
+	p.RotaryDims = c.RotaryDims(i)
+	p.RopeTheta = c.RoPEFor(i).Theta
+	return p
+}
+
+// exporter writes the graphs of one export.
+type exporter struct {
+	ctx context.Context
+	m   *spark.Model
+	c   *spark.Config
+	o   ExportOptions
+	dir string
+}
+
+// GraphCount is how many graph files Export writes for these options.
+func GraphCount(c *spark.Config, o ExportOptions) (int, error) {
+	if err := o.normalize(c); err != nil {
+		return 0, err
+	}
+	e := &exporter{c: c, o: o}
+	g, err := e.groups()
+	n := len(g)
+	if contains(o.Layers, 0) {
+		n++
+	}
+	if contains(o.Layers, c.NumLayers-1) {
+		n++
+	}
+	return n, err
+}
+
+// Export writes the decode-step graphs of model m and manifest.json into
+// dir (an empty folder: the caller makes the output atomic) and returns the
+// manifest.
+func Export(ctx context.Context, m *spark.Model, dir string, o ExportOptions) (*Manifest, error) {
+	c := m.Config
+	if err := o.normalize(c); err != nil {
+		return nil, err
+	}
+	e := &exporter{ctx: ctx, m: m, c: c, o: o, dir: dir}
+	man := &Manifest{
+		Format: ManifestFormat, Version: 1, Producer: Producer, Opset: Opset,
+		Context: o.Context, DType: o.DType.String(), MaskValue: o.MaskValue,
+		GELU: o.GELU, Granularity: o.Granularity, Layout: o.Layout,
+		Partial: len(o.Layers) != c.NumLayers,
+	}
+	var err error
+	if man.Config, err = configKeys(m.Dir); err != nil {
+		return nil, err
+	}
+	groups, err := e.groups()
+	if err != nil {
+		return nil, err
+	}
+	if contains(o.Layers, 0) {
+		if err := e.add(man, e.embed); err != nil {
+			return nil, err
+		}
+	}
+	for _, g := range groups {
+		if err := e.add(man, func() (*Builder, GraphEntry, error) { return e.layers(g) }); err != nil {
+			return nil, err
+		}
+	}
+	if contains(o.Layers, c.NumLayers-1) {
+		if err := e.add(man, e.head); err != nil {
+			return nil, err
+		}
+	}
+	data, err := man.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := writeHashed(filepath.Join(dir, ManifestFile), func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", ManifestFile, err)
+	}
+	return man, nil
+}
+
+// groups splits the selected layers into graphs: one each, or blocks of
+// layers 4k..4k+3 that must be selected whole.
+func (e *exporter) groups() ([][]int, error) {
+	var out [][]int
+	if e.o.Granularity == "layer" {
+		for _, i := range e.o.Layers {
+			out = append(out, []int{i})
+		}
+		return out, nil
+	}
+	sel := map[int]bool{}
+	for _, i := range e.o.Layers {
+		sel[i] = true
+	}
+	for start := 0; start < e.c.NumLayers; start += 4 {
+		var blk []int
+		for i := start; i < min(start+4, e.c.NumLayers); i++ {
+			if sel[i] {
+				blk = append(blk, i)
+			}
+		}
+		if len(blk) == 0 {
+			continue
+		}
+		if len(blk) != min(4, e.c.NumLayers-start) {
+			return nil, fmt.Errorf("granularity block: layers %v select part of block %d (layers %d..%d); select whole blocks", blk, start/4, start, min(start+4, e.c.NumLayers)-1)
+		}
+		out = append(out, blk)
+	}
+	return out, nil
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// add builds one graph, writes it and records it in the manifest.
+func (e *exporter) add(man *Manifest, build func() (*Builder, GraphEntry, error)) error {
+	if err := e.ctx.Err(); err != nil {
+		return err
+	}
+	b, g, err := build()
+	if err != nil {
+		return err
+	}
+	info, err := b.WriteFile(e.dir, g.File, e.o.Write)
+	if err != nil {
+		return err
+	}
+	g.Opset, g.SHA256, g.Bytes, g.ExternalData = Opset, info.SHA256, info.Size, info.External
+	for _, v := range b.Inputs() {
+		g.Inputs = append(g.Inputs, TensorSpec{Name: v.Name, Shape: v.Shape, DType: v.DType.String()})
+	}
+	for _, v := range b.Outputs() {
+		g.Outputs = append(g.Outputs, TensorSpec{Name: v.Name, Shape: v.Shape, DType: v.DType.String()})
+	}
+	man.Graphs = append(man.Graphs, g)
+	if e.o.Done != nil {
+		size := info.Size
+		if info.External != nil {
+			size += info.External.Size
+		}
+		e.o.Done(g.File, size)
+	}
+	return nil
+}
+
+// configKeys copies the config.json keys the graphs are built from, as
+// written there (so each equals config.json byte for byte).
+func configKeys(dir string) (map[string]json.RawMessage, error) {
+	path := filepath.Join(dir, spark.ConfigFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	keys := []string{"model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+		"num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act", "rms_norm_eps",
+		"tie_word_embeddings", "sliding_window", "layer_types", "rope_theta", "partial_rotary_factor",
+		"sliding_rope_theta", "sliding_partial_rotary_factor", "rope_parameters"}
+	out := map[string]json.RawMessage{}
+	for _, k := range keys {
+		if v, ok := all[k]; ok {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// weight returns a checkpoint tensor converted to the export dtype.
+func (e *exporter) vector(name string) (Data, int64, error) {
+	ti, raw, err := e.m.Raw(name)
+	if err != nil {
+		return nil, 0, err
+	}
+	d, err := ConvertRaw(raw, ti.DType, e.o.DType)
+	if err != nil {
+		return nil, 0, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return d, ti.NumElements(), nil
+}
+
+// linearT returns rows [r0, r0+n) of a [out, in] checkpoint linear,
+// transposed to [in, n] for MatMul.
+func (e *exporter) linearT(name string, r0, n int) (Data, []int64, error) {
+	ti, raw, err := e.m.Raw(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ti.Shape) != 2 || int64(r0+n) > ti.Shape[0] {
+		return nil, nil, fmt.Errorf("tensor %s: shape %v has no rows %d..%d", name, ti.Shape, r0, r0+n)
+	}
+	in := int(ti.Shape[1])
+	es := ti.DType.Size()
+	d, err := TransposeRaw(raw[r0*in*es:(r0+n)*in*es], ti.DType, e.o.DType, n, in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return d, []int64{int64(in), int64(n)}, nil
+}
+
+func (e *exporter) addLinear(b *Builder, name, src string, r0, n int) (string, error) {
+	d, shape, err := e.linearT(src, r0, n)
+	if err != nil {
+		return "", err
+	}
+	return b.Initializer(name, e.o.DType, shape, d), nil
+}
+
+func (e *exporter) addVector(b *Builder, name, src string) (string, error) {
+	d, n, err := e.vector(src)
+	if err != nil {
+		return "", err
+	}
+	return b.Initializer(name, e.o.DType, []int64{n}, d), nil
+}
+
+func (e *exporter) embed() (*Builder, GraphEntry, error) {
+	c, dt := e.c, e.o.DType
+	b := New("embed", dt)
+	ids := b.Input("input_ids", Int64, 1, 1)
+	ti, raw, err := e.m.Raw(spark.EmbedName)
+	if err != nil {
+		return nil, GraphEntry{}, err
+	}
+	d, err := ConvertRaw(raw, ti.DType, dt)
+	if err != nil {
+		return nil, GraphEntry{}, fmt.Errorf("tensor %s: %w", spark.EmbedName, err)
+	}
+	w := b.Initializer(spark.EmbedName, dt, []int64{int64(c.VocabSize), int64(c.HiddenSize)}, d)
+	b.OpTo("hidden_out", "Gather", []string{w, ids}, AttrInt("axis", 0))
+	b.Output("hidden_out", dt, 1, 1, int64(c.HiddenSize))
+	return b, GraphEntry{Name: "embed", File: "embed.onnx", Kind: KindEmbed}, nil
+}
+
+func (e *exporter) head() (*Builder, GraphEntry, error) {
+	c, dt := e.c, e.o.DType
+	b := New("head", dt)
+	x := b.Input("hidden_in", dt, 1, 1, int64(c.HiddenSize))
+	norm, err := e.addVector(b, spark.NormName, spark.NormName)
+	if err != nil {
+		return nil, GraphEntry{}, err
+	}
+	w, err := e.addLinear(b, c.HeadWeight()+"_T", c.HeadWeight(), 0, c.VocabSize)
+	if err != nil {
+		return nil, GraphEntry{}, err
+	}
+	b.SetPrefix("head")
+	h := b.RMSNorm(x, norm, c.RMSNormEps)
+	b.OpTo("logits", "MatMul", []string{h, w})
+	b.Output("logits", dt, 1, 1, int64(c.VocabSize))
+	tied := c.TieWordEmbeddings
+	return b, GraphEntry{Name: "head", File: "head.onnx", Kind: KindHead, Tied: &tied}, nil
+}
+
+// layers builds a layer graph (one index) or a block graph.
+func (e *exporter) layers(idx []int) (*Builder, GraphEntry, error) {
+	c, dt := e.c, e.o.DType
+	kind, name := KindLayer, fmt.Sprintf("layer_%02d", idx[0])
+	if e.o.Granularity == "block" {
+		kind, name = KindBlock, fmt.Sprintf("block_%02d", idx[0]/4)
+	}
+	b := New(name, dt)
+	x := b.Input("hidden_in", dt, 1, 1, int64(c.HiddenSize))
+	g := GraphEntry{Name: name, File: name + ".onnx", Kind: kind}
+	var outs []ValueInfo
+	for k, i := range idx {
+		p := planLayer(c, i, &e.o)
+		outName := ""
+		if k == len(idx)-1 {
+			outName = "hidden_out"
+		}
+		var lo []ValueInfo
+		var err error
+		x, lo, err = e.layer(b, p, LayerSuffix(kind, i), x, outName)
+		if err != nil {
+			return nil, GraphEntry{}, fmt.Errorf("layer %d: %w", i, err)
+		}
+		outs = append(outs, lo...)
+		if kind == KindLayer {
+			li := p.LayerInfo
+			g.LayerInfo = &li
+		} else {
+			g.Layers = append(g.Layers, p.LayerInfo)
+		}
+	}
+	b.Output("hidden_out", dt, 1, 1, int64(c.HiddenSize))
+	for _, v := range outs {
+		b.Output(v.Name, v.DType, v.Shape...)
+	}
+	return b, g, nil
+}
+
+// layerWeights adds layer i's weights, [in, out] for MatMul.
+type layerWeights struct {
+	inNorm, q, k, v, g, o, postNorm, gate, up, down string
+}
+
+func (e *exporter) layerWeights(b *Builder, i int) (layerWeights, error) {
+	c := e.c
+	qd, kvd, inter := c.QDim(), c.KVDim(), c.IntermediateSize
+	var w layerWeights
+	mod := func(m string) string { return spark.LayerWeight(i, m) }
+	pfx := fmt.Sprintf("model.layers.%d.", i)
+	steps := []struct {
+		dst       *string
+		name, src string
+		r0, n     int // linear rows; n == 0 for a vector
+	}{
+		{&w.inNorm, mod(spark.InputNorm), mod(spark.InputNorm), 0, 0},
+		{&w.q, pfx + "self_attn.q_proj.weight_T", mod(spark.QKV), 0, qd},
+		{&w.k, pfx + "self_attn.k_proj.weight_T", mod(spark.QKV), qd, kvd},
+		{&w.v, pfx + "self_attn.v_proj.weight_T", mod(spark.QKV), qd + kvd, kvd},
+		{&w.g, mod(spark.GateProj) + "_T", mod(spark.GateProj), 0, c.NumHeads},
+		{&w.o, mod(spark.OProj) + "_T", mod(spark.OProj), 0, c.HiddenSize},
+		{&w.postNorm, mod(spark.PostNorm), mod(spark.PostNorm), 0, 0},
+		{&w.gate, mod(spark.MLPGate) + "_T", mod(spark.MLPGate), 0, inter},
+		{&w.up, mod(spark.MLPUp) + "_T", mod(spark.MLPUp), 0, inter},
+		{&w.down, mod(spark.MLPDown) + "_T", mod(spark.MLPDown), 0, c.HiddenSize},
+	}
+	for _, s := range steps {
+		var err error
+		if s.n == 0 {
+			*s.dst, err = e.addVector(b, s.name, s.src)
+		} else {
+			*s.dst, err = e.addLinear(b, s.name, s.src, s.r0, s.n)
+		}
+		if err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+// layer appends one decoder layer reading residual x and returns the new
+// residual and the layer's cache outputs. outName names the residual when
+// it is the graph output.
+func (e *exporter) layer(b *Builder, p layerPlan, sfx, x, outName string) (string, []ValueInfo, error) {
+	c, dt := e.c, e.o.DType
+	kv, d, heads := int64(c.NumKVHeads), int64(c.HeadDim), int64(c.NumHeads)
+	grp, slots, half := heads/kv, int64(p.CacheSlots), int64(p.RotaryDims/2)
+	b.SetPrefix(fmt.Sprintf("L%d", p.Layer))
+	cos := b.Input("rope_cos"+sfx, dt, 1, 1, half)
+	sin := b.Input("rope_sin"+sfx, dt, 1, 1, half)
+	pastK := b.Input("past_key"+sfx, dt, 1, kv, d, slots)
+	pastV := b.Input("past_value"+sfx, dt, 1, kv, slots, d)
+	mask := b.Input("attention_mask"+sfx, dt, 1, 1, 1, slots+1)
+	w, err := e.layerWeights(b, p.Layer)
+	if err != nil {
+		return "", nil, err
+	}
+
+	h := b.RMSNorm(x, w.inNorm, c.RMSNormEps)
+	// GQA: query head h = kv*grp + g, so [1,1,heads*d] is [1,kv,grp,d].
+	q := b.Reshape(b.Op("MatMul", []string{h, w.q}), 1, kv, grp, d)
+	q = b.RoPE(q, cos, sin, half, d)
+	q = b.Op("Mul", []string{q, b.Scalar(1 / math.Sqrt(float64(d)))})
+	k := b.Reshape(b.Op("MatMul", []string{h, w.k}), 1, kv, 1, d)
+	k = b.RoPE(k, cos, sin, half, d)
+	v := b.Op("MatMul", []string{h, w.v})
+
+	var outs []ValueInfo
+	var keys, vals string
+	kName, vName := "", ""
+	if p.Layout == LayoutRing {
+		kName, vName = "new_key"+sfx, "new_value"+sfx
+		outs = append(outs, ValueInfo{"new_key" + sfx, []int64{1, kv, d, 1}, dt}, ValueInfo{"new_value" + sfx, []int64{1, kv, 1, d}, dt})
+	}
+	// With one token, [1,kv,1,d] -> [1,kv,d,1] is a reshape, not a transpose.
+	newK := b.ReshapeTo(kName, k, 1, kv, d, 1)
+	newV := b.ReshapeTo(vName, v, 1, kv, 1, d)
+	keys = b.Op("Concat", []string{pastK, newK}, AttrInt("axis", 3)) // [1,kv,d,slots+1]
+	vals = b.Op("Concat", []string{pastV, newV}, AttrInt("axis", 2)) // [1,kv,slots+1,d]
+	scores := b.Op("MatMul", []string{q, keys})                      // [1,kv,grp,slots+1]
+	probs := b.Op("Softmax", []string{b.Op("Add", []string{scores, mask})}, AttrInt("axis", -1))
+	attn := b.Op("MatMul", []string{probs, vals}) // [1,kv,grp,d]
+	if p.Layout == LayoutRoll {
+		b.OpTo("present_key"+sfx, "Slice", []string{keys, b.Int64s(1), b.Int64s(slots + 1), b.Int64s(3)})
+		b.OpTo("present_value"+sfx, "Slice", []string{vals, b.Int64s(1), b.Int64s(slots + 1), b.Int64s(2)})
+		outs = append(outs, ValueInfo{"present_key" + sfx, []int64{1, kv, d, slots}, dt}, ValueInfo{"present_value" + sfx, []int64{1, kv, slots, d}, dt})
+	}
+	gate := b.Reshape(b.Op("Sigmoid", []string{b.Op("MatMul", []string{h, w.g})}), 1, kv, grp, 1)
+	attn = b.Reshape(b.Op("Mul", []string{attn, gate}), 1, 1, heads*d)
+	x = b.Op("Add", []string{x, b.Op("MatMul", []string{attn, w.o})})
+
+	h2 := b.RMSNorm(x, w.postNorm, c.RMSNormEps)
+	g := b.Op("MatMul", []string{h2, w.gate})
+	if e.o.GELU == "tanh" {
+		g = b.GELUTanh(g)
+	} else {
+		g = b.GELUErf(g)
+	}
+	act := b.Op("Mul", []string{g, b.Op("MatMul", []string{h2, w.up})})
+	down := b.Op("MatMul", []string{act, w.down})
+	if outName != "" {
+		x = b.OpTo(outName, "Add", []string{x, down})
+	} else {
+		x = b.Op("Add", []string{x, down})
+	}
+	b.SetPrefix("")
+	return x, outs, nil
+}

@@ -1,0 +1,344 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// bpe is the BPE model: a vocabulary, ranked merges, and the options that
+// decide what happens to characters outside the vocabulary.
+type bpe struct {
+	vocab  map[string]int
+	vocabR []string // id -> token
+	hasID  []bool   // whether vocabR[id] is a token
+	merges *mergeTable
+
+	unkID        int // -1 when there is no unk token
+	fuseUnk      bool
+	byteFallback bool
+	ignoreMerges bool
+	prefix       *string // continuing_subword_prefix
+	suffix       *string // end_of_word_suffix
+	byteIDs      [256]int
+
+	// Byte-level fast path: when every byte's alphabet character is in the
+	// vocab and there is no prefix/suffix, words produced by the ByteLevel
+	// pre-tokenizer are merged straight from their raw bytes (the alphabet
+	// maps bytes one to one to characters, so the result is identical).
+	bytePath  bool
+	byteSym   [256]int32
+	byteVocab map[string]int // raw bytes -> id, for ignore_merges
+
+	cacheMu  sync.RWMutex
+	cache    map[string][]int // by word
+	rawCache map[string][]int // by raw bytes of a byte-level word
+}
+
+// cacheCap and cacheMaxLen bound the pre-token cache like the reference's
+// (10,000 entries, words under 256 bytes).
+const (
+	cacheCap    = 10000
+	cacheMaxLen = 256
+)
+
+// bpeOptions are the model's small fields.
+type bpeOptions struct {
+	Type                    string  `json:"type"`
+	UnkToken                *string `json:"unk_token"`
+	ContinuingSubwordPrefix *string `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string `json:"end_of_word_suffix"`
+	FuseUnk                 bool    `json:"fuse_unk"`
+	ByteFallback            bool    `json:"byte_fallback"`
+	IgnoreMerges            bool    `json:"ignore_merges"`
+}
+
+// parseModel reads the "model" object with the scanner: vocab and merges
+// by hand, the remaining small fields through encoding/json.
+func parseModel(sc *scanner) (*bpe, error) {
+	var vocab map[string]int
+	var merges [][2]string
+	var rest []string
+	err := sc.object(func(key string) error {
+		var err error
+		switch key {
+		case "vocab":
+			vocab, err = sc.vocab()
+		case "merges":
+			merges, err = sc.merges()
+		default:
+			var raw string
+			if raw, err = sc.skipValue(); err == nil {
+				k, _ := json.Marshal(key)
+				rest = append(rest, string(k)+":"+raw)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	var opt bpeOptions
+	if err := json.Unmarshal([]byte("{"+strings.Join(rest, ",")+"}"), &opt); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return newBPE(opt, vocab, merges)
+}
+
+func newBPE(opt bpeOptions, vocab map[string]int, merges [][2]string) (*bpe, error) {
+	if opt.Type != "" && opt.Type != "BPE" {
+		return nil, fmt.Errorf("model: unsupported type %q (only BPE)", opt.Type)
+	}
+	if vocab == nil {
+		return nil, fmt.Errorf("model: missing vocab")
+	}
+	if merges == nil {
+		return nil, fmt.Errorf("model: missing merges")
+	}
+	m := &bpe{
+		vocab:        vocab,
+		merges:       newMergeTable(len(merges)),
+		unkID:        -1,
+		fuseUnk:      opt.FuseUnk,
+		byteFallback: opt.ByteFallback,
+		ignoreMerges: opt.IgnoreMerges,
+		prefix:       nonEmpty(opt.ContinuingSubwordPrefix),
+		suffix:       nonEmpty(opt.EndOfWordSuffix),
+		cache:        make(map[string][]int),
+		rawCache:     make(map[string][]int),
+	}
+	if err := m.buildReverse(); err != nil {
+		return nil, err
+	}
+	if opt.UnkToken != nil {
+		id, ok := vocab[*opt.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("model: unk_token %q is not in the vocab", *opt.UnkToken)
+		}
+		m.unkID = id
+	}
+	for b := range m.byteIDs {
+		id, ok := vocab[fmt.Sprintf("<0x%02X>", b)]
+		if !ok {
+			id = -1
+		}
+		m.byteIDs[b] = id
+	}
+	if err := m.buildMerges(merges); err != nil {
+		return nil, err
+	}
+	m.setupBytePath()
+	return m, nil
+}
+
+// nonEmpty maps an empty affix to none: adding "" changes nothing.
+func nonEmpty(p *string) *string {
+	if p == nil || *p == "" {
+		return nil
+	}
+	return p
+}
+
+// setupBytePath enables merging byte-level words from raw bytes when the
+// vocab covers the whole byte alphabet.
+func (m *bpe) setupBytePath() {
+	if m.prefix != nil || m.suffix != nil {
+		return
+	}
+	for b := range m.byteSym {
+		id, ok := m.vocab[byteCharStr[b]]
+		if !ok {
+			return
+		}
+		m.byteSym[b] = int32(id)
+	}
+	m.bytePath = true
+	if m.ignoreMerges {
+		m.byteVocab = make(map[string]int, len(m.vocab))
+		for tok, id := range m.vocab {
+			if b, ok := byteLevelBytes(tok); ok {
+				m.byteVocab[string(b)] = id
+			}
+		}
+	}
+}
+
+// buildReverse fills the id -> token table. Ids must be dense enough for
+// a table: a vocab whose largest id is far beyond its size is rejected.
+func (m *bpe) buildReverse() error {
+	maxID := -1
+	for _, id := range m.vocab {
+		maxID = max(maxID, id)
+	}
+	if maxID >= 2*len(m.vocab)+1<<16 {
+		return fmt.Errorf("model: vocab of %d tokens has id %d: ids too sparse", len(m.vocab), maxID)
+	}
+	m.vocabR = make([]string, maxID+1)
+	m.hasID = make([]bool, maxID+1)
+	for tok, id := range m.vocab {
+		m.vocabR[id] = tok
+		m.hasID[id] = true
+	}
+	return nil
+}
+
+// idToToken returns the vocabulary string of id.
+func (m *bpe) idToToken(id int) (string, bool) {
+	if id < 0 || id >= len(m.vocabR) || !m.hasID[id] {
+		return "", false
+	}
+	return m.vocabR[id], true
+}
+
+func (m *bpe) buildMerges(merges [][2]string) error {
+	var buf []byte
+	prefixLen := 0
+	if m.prefix != nil {
+		prefixLen = len(*m.prefix)
+	}
+	for i, mg := range merges {
+		a, b := mg[0], mg[1]
+		aID, ok := m.vocab[a]
+		if !ok {
+			return fmt.Errorf("model: merge %d (%q %q): %q is not in the vocab", i, a, b, a)
+		}
+		bID, ok := m.vocab[b]
+		if !ok {
+			return fmt.Errorf("model: merge %d (%q %q): %q is not in the vocab", i, a, b, b)
+		}
+		if prefixLen > len(b) {
+			return fmt.Errorf("model: merge %d (%q %q): shorter than the subword prefix", i, a, b)
+		}
+		buf = append(append(buf[:0], a...), b[prefixLen:]...)
+		newID, ok := m.vocab[string(buf)]
+		if !ok {
+			return fmt.Errorf("model: merge %d (%q %q): %q is not in the vocab", i, a, b, buf)
+		}
+		// Later duplicates win, as when the reference collects into a map.
+		m.merges.put(pairKey(int32(aID), int32(bID)), mergeVal{rank: int32(i), newID: int32(newID)})
+	}
+	return nil
+}
+
+// tokenize appends the ids of one pre-token to out.
+func (m *bpe) tokenize(word string, out []int, sc *scratch) []int {
+	if word == "" {
+		return out
+	}
+	if m.ignoreMerges {
+		if id, ok := m.vocab[word]; ok {
+			return append(out, id)
+		}
+	}
+	return m.cached(m.cache, word, out, func() {
+		m.initialSymbols(word, sc)
+	}, sc)
+}
+
+// tokenizeBytes appends the ids of a byte-level word given as raw bytes:
+// the same result as tokenize(byteLevelString(raw)).
+func (m *bpe) tokenizeBytes(raw string, out []int, sc *scratch) []int {
+	if !m.bytePath {
+		return m.tokenize(byteLevelString(raw), out, sc)
+	}
+	if raw == "" {
+		return out
+	}
+	if m.ignoreMerges {
+		if id, ok := m.byteVocab[raw]; ok {
+			return append(out, id)
+		}
+	}
+	return m.cached(m.rawCache, raw, out, func() {
+		sc.syms = sc.syms[:0]
+		for i := 0; i < len(raw); i++ {
+			sc.addSymbol(m.byteSym[raw[i]])
+		}
+	}, sc)
+}
+
+// cached returns the cached ids of key or computes them with initial (which
+// fills sc.syms) and mergeAll, caching short words like the reference
+// (at most cacheCap entries of under cacheMaxLen bytes).
+func (m *bpe) cached(cache map[string][]int, key string, out []int, initial func(), sc *scratch) []int {
+	short := len(key) < cacheMaxLen
+	if short {
+		m.cacheMu.RLock()
+		ids, ok := cache[key]
+		m.cacheMu.RUnlock()
+		if ok {
+			return append(out, ids...)
+		}
+	}
+	initial()
+	m.merges.mergeAll(sc)
+	start := len(out)
+	for _, s := range sc.syms {
+		if !s.removed {
+			out = append(out, int(s.id))
+		}
+	}
+	if short {
+		m.cacheMu.Lock()
+		if len(cache) < cacheCap {
+			cache[strings.Clone(key)] = append([]int(nil), out[start:]...)
+		}
+		m.cacheMu.Unlock()
+	}
+	return out
+}
+
+// initialSymbols fills sc.syms with the word's characters, mirroring the
+// reference's merge_word loop: a character not in the vocab becomes its
+// <0xNN> byte tokens (byte_fallback), else unk (fused with a preceding unk
+// when fuse_unk), else is dropped.
+func (m *bpe) initialSymbols(word string, sc *scratch) {
+	sc.syms = sc.syms[:0]
+	unkPending := false
+	for i := 0; i < len(word); {
+		_, size := utf8.DecodeRuneInString(word[i:])
+		s := word[i : i+size]
+		isFirst, isLast := i == 0, i+size == len(word)
+		i += size
+		if !isFirst && m.prefix != nil {
+			s = *m.prefix + s
+		}
+		if isLast && m.suffix != nil {
+			s += *m.suffix
+		}
+		if id, ok := m.vocab[s]; ok {
+			if unkPending {
+				sc.addSymbol(int32(m.unkID))
+				unkPending = false
+			}
+			sc.addSymbol(int32(id))
+			continue
+		}
+		if m.byteFallback && m.allBytesKnown(s) {
+			for j := 0; j < len(s); j++ {
+				sc.addSymbol(int32(m.byteIDs[s[j]]))
+			}
+			continue
+		}
+		if m.unkID >= 0 {
+			if unkPending && !m.fuseUnk {
+				sc.addSymbol(int32(m.unkID))
+			}
+			unkPending = true
+		}
+	}
+	if unkPending {
+		sc.addSymbol(int32(m.unkID))
+	}
+}
+
+func (m *bpe) allBytesKnown(s string) bool {
+	for j := 0; j < len(s); j++ {
+		if m.byteIDs[s[j]] < 0 {
+			return false
+		}
+	}
+	return true
+}
