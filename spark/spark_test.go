@@ -1,8 +1,13 @@
 package spark
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"sparkconv/dtype"
+	"sparkconv/safetensors"
 )
 
 const goldenDir = "../../shared/golden/"
@@ -122,5 +127,53 @@ func TestPlanRealModel(t *testing.T) {
 	}
 	if p.Formats[0].Bytes != 2*p.Params.Total {
 		t.Errorf("bf16 bytes %d", p.Formats[0].Bytes)
+	}
+}
+
+func TestCheckTensorsListsEverything(t *testing.T) {
+	dir := t.TempDir()
+	cfgText, err := os.ReadFile(goldenDir + "spark-mini-untied/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, ConfigFile), cfgText, 0o644)
+	c, err := ParseConfig(cfgText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tensors []safetensors.Tensor
+	for _, s := range c.Tensors() {
+		shape := s.Shape
+		switch s.Name {
+		case LayerWeight(1, OProj):
+			continue // missing
+		case LayerWeight(2, QKV):
+			shape = []int64{shape[0] - 64, shape[1]} // as if head_dim were wrong
+		}
+		n := int64(2)
+		for _, d := range shape {
+			n *= d
+		}
+		tensors = append(tensors, safetensors.Tensor{Name: s.Name, DType: dtype.BF16, Shape: shape,
+			Produce: func() ([]byte, error) { return make([]byte, n), nil }})
+	}
+	tensors = append(tensors, safetensors.Tensor{Name: "model.layers.0.self_attn.q_proj.weight", DType: dtype.BF16, Shape: []int64{1},
+		Produce: func() ([]byte, error) { return make([]byte, 2), nil }})
+	if _, err := safetensors.WriteCheckpoint(dir, tensors, safetensors.WriteOptions{Shards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir)
+	if err == nil {
+		t.Fatal("mismatched checkpoint accepted")
+	}
+	for _, want := range []string{
+		"3 problems",
+		"missing tensor model.layers.1.self_attn.o_proj.weight, expected shape [128 256]",
+		"tensor model.layers.2.self_attn.q_k_v_proj.weight has shape [320 128], expected [384 128] (rows = num_attention_heads*head_dim + 2*num_key_value_heads*head_dim = 8*32 + 2*2*32)",
+		"unexpected tensor model.layers.0.self_attn.q_proj.weight",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
 	}
 }

@@ -182,3 +182,39 @@ func TestInterruptLeavesNothing(t *testing.T) {
 	}
 	t.Skip("the fixture finished before SIGINT three times")
 }
+
+func TestInspect(t *testing.T) {
+	m := filepath.Join(t.TempDir(), "m")
+	mustRun(t, "fixture", "--preset", "tiny", "--out", m, "--untied", "--shards", "2")
+	var got struct {
+		Plan struct {
+			LayerTypeMap string `json:"layer_type_map"`
+			Params       struct {
+				Total int64 `json:"total"`
+				Head  int64 `json:"head"`
+			} `json:"params"`
+			KVCache struct {
+				PerToken int64 `json:"bytes_per_token_flat"`
+				Hybrid   int64 `json:"hybrid_bytes"`
+			} `json:"kv_cache"`
+		} `json:"plan"`
+	}
+	out := mustRun(t, "--json", "inspect", "--model", m, "--max-model-len", "100")
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	p := got.Plan
+	// tiny: 4 layers sssf, kv 2 x 64, window 16 -> sliding layers hold 15 entries.
+	if p.LayerTypeMap != "sssf" || p.Params.Head != 512*256 || p.KVCache.PerToken != 4*2*2*64*2 || p.KVCache.Hybrid != 2*2*64*2*(3*15+100) {
+		t.Errorf("plan %+v", p)
+	}
+	text := mustRun(t, "inspect", "--model", m)
+	for _, want := range []string{"layer types sssf", "RoPE tables", "w4a8", "hybrid"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, text)
+		}
+	}
+	if _, errOut, code := run(t, "inspect", "--model", t.TempDir()); code != 1 || !strings.Contains(errOut, "config.json") {
+		t.Errorf("empty folder: exit %d %s", code, errOut)
+	}
+}
