@@ -81,12 +81,14 @@ func ExternalLocations(m *onnxpb.ModelProto) []string {
 func EncodeModel(w io.Writer, m *onnxpb.ModelProto) (int64, error) {
 	cw := &countWriter{w: w}
 	opt := proto.MarshalOptions{Deterministic: true}
+	var buf []byte // reused: one tensor's encoding at a time
 	write := func(msg proto.Message) error {
-		b, err := opt.Marshal(msg)
+		var err error
+		buf, err = opt.MarshalAppend(buf[:0], msg)
 		if err != nil {
 			return err
 		}
-		_, err = cw.Write(b)
+		_, err = cw.Write(buf)
 		return err
 	}
 	head := &onnxpb.ModelProto{IrVersion: m.IrVersion, ProducerName: m.ProducerName, ProducerVersion: m.ProducerVersion,

@@ -140,8 +140,20 @@ func liveNodes(g *onnxpb.GraphProto, subRefs map[string]bool) []bool {
 func (s *sanitizer) removeGuards() {
 	x := s.index()
 	before := liveNodes(s.g, x.subRefs)
-	removed := map[int]bool{}
-	dropped := map[string]bool{} // names that may have lost their last reader
+	removed, dropped := s.rewireGuards(x)
+	if len(s.changes) == 0 {
+		return
+	}
+	s.dropDead(x, before, removed, dropped)
+	s.dropUnread(dropped, x.subRefs)
+}
+
+// rewireGuards points the readers of every Where(IsNaN(v), 0, v) at v (or
+// turns the guard into Identity(v) when a graph output or subgraph needs
+// its name). It returns the guards to delete and the names that may have
+// lost their last reader.
+func (s *sanitizer) rewireGuards(x *graphIndex) (removed map[int]bool, dropped map[string]bool) {
+	removed, dropped = map[int]bool{}, map[string]bool{}
 	for i, w := range x.nodes {
 		v, ok := x.isNaNGuard(w)
 		if !ok {
@@ -164,12 +176,16 @@ func (s *sanitizer) removeGuards() {
 			}
 		}
 		removed[i] = true
+		dropped[out] = true
 		s.add("remove-isnan-guard", w, i, out, fmt.Sprintf("Where(IsNaN(%s), 0, %s) removed; its readers now read %s", v, v, v))
 	}
-	if len(s.changes) == 0 {
-		return
-	}
-	// Drop the guards, then what only they kept alive.
+	return removed, dropped
+}
+
+// dropDead deletes the removed guards and every node that was live before
+// and is dead now (the IsNaN, the zero Constant); nodes that were already
+// dead are not the sanitizer's business and stay.
+func (s *sanitizer) dropDead(x *graphIndex, before []bool, removed map[int]bool, dropped map[string]bool) {
 	var kept []*onnxpb.NodeProto
 	var keptWas []bool
 	for i, n := range x.nodes {
@@ -182,24 +198,15 @@ func (s *sanitizer) removeGuards() {
 	after := liveNodes(s.g, x.subRefs)
 	s.g.Node = s.g.Node[:0:0]
 	for i, n := range kept {
-		if keptWas[i] && !after[i] {
-			s.add("remove-node", n, x.indexOf(n), "", "no reader left after the guard removal")
-			for _, in := range n.GetInput() {
-				dropped[in] = true
-			}
-			for _, o := range n.GetOutput() {
-				dropped[o] = true
-			}
+		if !keptWas[i] || after[i] {
+			s.g.Node = append(s.g.Node, n)
 			continue
 		}
-		s.g.Node = append(s.g.Node, n)
-	}
-	for i := range x.nodes {
-		if removed[i] {
-			dropped[output(x.nodes[i], 0)] = true
+		s.add("remove-node", n, x.indexOf(n), "", "no reader left after the guard removal")
+		for _, name := range append(append([]string(nil), n.GetInput()...), n.GetOutput()...) {
+			dropped[name] = true
 		}
 	}
-	s.dropUnread(dropped, x.subRefs)
 }
 
 // indexOf returns n's position in the index's node list.

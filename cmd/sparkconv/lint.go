@@ -65,7 +65,7 @@ func runLint(cmd *cobra.Command, path string) error {
 		fmt.Fprintf(out, "%s: %d errors, %d warnings (%d nodes)\n", path, rep.Errors, rep.Warnings, len(m.GetGraph().GetNode()))
 	}
 	if rep.Errors > 0 {
-		return fmt.Errorf("%s: %d QNN lint errors", path, rep.Errors)
+		return reported(fmt.Errorf("%s: %d QNN lint errors", path, rep.Errors))
 	}
 	return nil
 }

@@ -65,6 +65,22 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
+// reportedError marks a failure whose JSON report the command has already
+// printed on stdout: main then writes the error to stderr only, so stdout
+// stays one JSON document.
+type reportedError struct{ err error }
+
+func (e reportedError) Error() string { return e.err.Error() }
+func (e reportedError) Unwrap() error { return e.err }
+
+// reported wraps err (nil stays nil) as already reported.
+func reported(err error) error {
+	if err == nil {
+		return nil
+	}
+	return reportedError{err}
+}
+
 // exitCode maps an error to the process exit status: 0 success, 2 usage,
 // 130 interrupted, 1 everything else.
 func exitCode(err error) int {
@@ -87,7 +103,8 @@ func main() {
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	err := rootCmd.ExecuteContext(ctx)
 	if err != nil {
-		if jsonOut {
+		var re reportedError
+		if jsonOut && !errors.As(err, &re) {
 			_ = printJSON(map[string]string{"error": err.Error()})
 		}
 		fmt.Fprintln(os.Stderr, "sparkconv:", err)

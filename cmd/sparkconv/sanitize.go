@@ -105,7 +105,7 @@ func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
 			out, rep.Bytes, len(rep.Changes), rep.Errors, rep.Warnings)
 	}
 	if rep.Errors > 0 {
-		return fmt.Errorf("wrote %s, but %d QNN lint errors remain that sanitize does not fix", out, rep.Errors)
+		return reported(fmt.Errorf("wrote %s, but %d QNN lint errors remain that sanitize does not fix", out, rep.Errors))
 	}
 	return nil
 }
