@@ -316,7 +316,7 @@ func (l *int4Linear) produce(p Int4Part) ([]byte, error) {
 func (l *int4Linear) done() {
 	l.pending--
 	if l.pending <= 0 {
-		l.cache = nil
+		clear(l.cache)
 	}
 }
 
@@ -366,9 +366,12 @@ func (l *int4Linear) restore(r *quant.Int4Result) bool {
 }
 
 func (l *int4Linear) report(r *quant.Int4Result, m quant.Matrix) error {
-	plain, err := l.spec.Grid.PlainStats(m, l.spec.Group, l.spec.ScaleDType)
-	if err != nil {
-		return err
+	plain := r.Stats
+	if c, ok := l.spec.Chooser.(RTN); !ok || c.Search || c.Grid != l.spec.Grid {
+		var err error
+		if plain, err = l.spec.Grid.PlainStats(m, l.spec.Group, l.spec.ScaleDType); err != nil {
+			return err
+		}
 	}
 	p := plain.SNRdB()
 	t := l.spec.Target

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"sparkconv/fixtures"
@@ -636,12 +637,15 @@ func BenchmarkW4A16Linear(b *testing.B) {
 				spec := Int4Spec{Target: tg, Group: 128, ScaleDType: quant.ScaleBF16, Grid: GridAsym4,
 					Chooser: RTN{Grid: GridAsym4, Search: search}, Parts: W4A16Parts(tg, 128, quant.ScaleBF16, pack)}
 				b.Run(fmt.Sprintf("%dx%d/%s/search=%v", sh.n, sh.k, pack, search), func(b *testing.B) {
-					b.SetBytes(int64(sh.n * sh.k * 2))
+					bytes := int64(sh.n * sh.k * 2)
+					b.SetBytes(bytes)
+					c0 := cpuSeconds()
 					for b.Loop() {
 						if _, _, err := EncodeInt4(spec, m); err != nil {
 							b.Fatal(err)
 						}
 					}
+					b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 				})
 			}
 		}
@@ -658,7 +662,9 @@ func BenchmarkW4A16Write(b *testing.B) {
 	}
 	for _, search := range []bool{true, false} {
 		b.Run(fmt.Sprintf("search=%v", search), func(b *testing.B) {
-			b.SetBytes(fixtures.Presets["small"].Bytes(true))
+			bytes := int64(fixtures.Presets["small"].Bytes(true))
+			b.SetBytes(bytes)
+			c0 := cpuSeconds()
 			i := 0
 			for b.Loop() {
 				i++
@@ -667,6 +673,17 @@ func BenchmarkW4A16Write(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 		})
 	}
+}
+
+// cpuSeconds is this process's user+system CPU time: MB per CPU-second does
+// not depend on how busy the shared machine is.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

@@ -104,7 +104,7 @@ func (j *Job) w8a8Linear(s spark.TensorSpec) (safetensors.Tensor, safetensors.Te
 				return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
 			}
 			j.AddTensor(TensorReport{Name: s.Name, Scheme: "int8 per-channel symmetric", Shape: s.Shape, SNRdB: res.Stats.SNRdB(), MaxErr: res.Stats.MaxAbs})
-			return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(res.Codes))), len(res.Codes)), nil
+			return quant.Int8Bytes(res.Codes), nil
 		},
 	}
 	scale := safetensors.Tensor{

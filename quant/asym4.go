@@ -65,7 +65,7 @@ func asymRange(lo, hi float32, dt ScaleDType) Asym4 {
 // A non-empty w is required.
 func Asym4Search(w []float32, dt ScaleDType) Asym4 {
 	lo, hi := minMax(w)
-	if hi-lo < tinyRange {
+	if hi-lo < tinyRange || max(-lo, hi) >= hugeRange {
 		return asymRange(lo, hi, dt)
 	}
 	mid := lo + (hi-lo)/2
@@ -107,18 +107,20 @@ func asym4Refit(w []float32, p Asym4, dt ScaleDType) (Asym4, bool) {
 		sc += c
 		scc += c * c
 		sw += float64(x)
-		swc += float64(x) * float64(c)
+		swc += float64(float64(x) * float64(c))
 	}
+	// Explicit conversions round every product, so no FMA fusion changes
+	// the result on any architecture.
 	n := float64(len(w))
-	den := n*float64(scc) - float64(sc)*float64(sc)
+	den := float64(n*float64(scc)) - float64(float64(sc)*float64(sc))
 	if den <= 0 {
 		return Asym4{}, false
 	}
-	s := (n*swc - float64(sc)*sw) / den
+	s := (float64(n*swc) - float64(float64(sc)*sw)) / den
 	if !(s > 0) {
 		return Asym4{}, false
 	}
-	z := (sw - s*float64(sc)) / n
+	z := (sw - float64(s*float64(sc))) / n
 	rs := clampScale(dt.Round(max(float32(s), asymMinScale)), dt)
 	rz := dt.Round(float32(z))
 	return Asym4{Scale: rs, Zero: min(max(rz, -dt.maxFinite()), dt.maxFinite())}, true

@@ -21,6 +21,12 @@
 // chosen, so a consumer that dequantizes the stored bytes gets exactly the
 // values whose error this package reports. Weight matrices are W[N,K] row-major
 // (N = out features, K = in features); groups run along K. Metrics (SNR in dB,
-// max abs error) are accumulated in float64 in a fixed order, so results are
-// identical from run to run whatever the number of goroutines.
+// max abs error) are summed in float32 blocks of 16 values and float64
+// totals, in a fixed order, so results are identical from run to run
+// whatever the number of goroutines; every
+// decision-relevant product is explicitly rounded, so FMA fusion (GOAMD64=v3,
+// arm64) cannot change the codes either.
+//
+// Non-finite weights are rejected by the whole-matrix entry points; the
+// group-level functions assume finite input.
 package quant

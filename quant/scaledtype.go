@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"github.com/x448/float16"
+
+	"sparkconv/dtype"
 )
 
 // ScaleDType is the dtype a quantization parameter (scale, zero) is stored
@@ -76,20 +78,10 @@ func (d ScaleDType) minScale() float32 {
 	return 0x1p-126
 }
 
-// f32ToBF16 converts with round to nearest even; NaN is quieted (keeps its
-// sign and top payload bits, sets the quiet bit). It matches the dtype
-// package's conversion; quant keeps its own copy to stay at the bottom of
-// the import graph with no sibling dependency.
-func f32ToBF16(x float32) uint16 {
-	u := math.Float32bits(x)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16(u>>16) | 0x40
-	}
-	return uint16((u + 0x7fff + ((u >> 16) & 1)) >> 16)
-}
-
-// bf16ToF32 widens exactly.
-func bf16ToF32(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+// f32ToBF16 and bf16ToF32 are dtype's conversions (round to nearest even,
+// NaN quieted; exact widening), wrapped short so they inline in hot loops.
+func f32ToBF16(x float32) uint16 { return dtype.F32ToBF16(x) }
+func bf16ToF32(b uint16) float32 { return dtype.BF16ToF32(b) }
 
 // PutParams writes vals (already rounded to d) as little-endian d values into
 // dst, which must hold len(vals)*d.Size() bytes.

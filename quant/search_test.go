@@ -57,6 +57,14 @@ var groupKinds = []struct {
 			w[i] = float32(r.NormFloat64() * 1e-21)
 		}
 	}},
+	{"huge with tiny ones", func(r *rand.Rand, w []float32) {
+		for i := range w {
+			w[i] = float32(r.NormFloat64() * 1e-9)
+		}
+		// At the end, so a group of 20 has them in its tail.
+		w[len(w)-2] = float32(5e37 * (r.Float64() + 0.1))
+		w[len(w)-1] = float32(-5e37 * (r.Float64() + 0.1))
+	}},
 	{"constant", func(r *rand.Rand, w []float32) {
 		v := float32(r.NormFloat64())
 		for i := range w {
@@ -85,7 +93,7 @@ func TestSearchNeverWorse(t *testing.T) {
 		trials = 60
 	}
 	for _, kind := range groupKinds {
-		for _, gs := range []int{32, 128} {
+		for _, gs := range []int{20, 32, 128} { // 20: a tail shorter than a 16-value block
 			w := make([]float32, gs)
 			better, total := 0, 0
 			for trial := 0; trial < trials; trial++ {

@@ -69,7 +69,7 @@ func clampScale(s float32, dt ScaleDType) float32 {
 // so the result is never worse than Sym4Absmax.
 func Sym4Search(w []float32, dt ScaleDType) Sym4 {
 	base := symBase(w)
-	if base < tinyRange {
+	if base < tinyRange || base >= hugeRange {
 		return Sym4{Scale: symScale(base, 1, dt)}
 	}
 	cand := func(i int) float32 { return symScale(base, shrinkFactor(i), dt) }
@@ -100,7 +100,7 @@ func sym4Refit(w []float32, s float32, dt ScaleDType) (float32, bool) {
 	var scc int64
 	for _, x := range w {
 		c := int64(symCode(x, inv)) - 8
-		swc += float64(x) * float64(c)
+		swc += float64(float64(x) * float64(c)) // conversion: no FMA on any arch
 		scc += c * c
 	}
 	if scc == 0 || swc <= 0 {
