@@ -24,6 +24,12 @@ demo: build ort
 	$(BIN) fixture --preset tiny --out $(DEMO)/model
 	$(BIN) inspect --model $(DEMO)/model
 	$(BIN) w8a8 --model $(DEMO)/model --out $(DEMO)/w8a8
+	$(BIN) gptq --model $(DEMO)/model --out $(DEMO)/gptq-w4a8 --group 128 --quant-head
+	$(BIN) w4a16 --model $(DEMO)/model --out $(DEMO)/w4a16 --group 128 --quant-head
+	$(BIN) calibrate --model $(DEMO)/model --samples fixtures/corpus/calib.txt --out $(DEMO)/calib --seq-len 256
+	$(BIN) export-onnx --model $(DEMO)/model --out $(DEMO)/onnx --layout auto --context 64
+	$(BIN) lint $(DEMO)/onnx/layer_00.onnx
+	$(BIN) verify --model $(DEMO)/model --export $(DEMO)/onnx
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 
 	"sparkconv/forward"
@@ -97,8 +98,9 @@ type Options struct {
 // Run calibrates m on the chunks (from Tokenize over texts) and writes the
 // statistics files and summary.json into dir, which must exist. It runs
 // the corpus layer by layer: every chunk's residual stream is kept
-// ([tokens, H] float32 in all), and only one layer's weights and float64
-// accumulators are in memory at a time.
+// ([tokens, H] float32 in all), and only one layer's float64 accumulators
+// are in memory at a time. Each layer is used once, so m is best opened
+// with forward.Options{CachedLayers: 1}.
 func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options) (*Summary, error) {
 	if len(chunks) == 0 {
 		return nil, fmt.Errorf("calibrate: no tokens")
@@ -157,6 +159,10 @@ func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options
 			return nil, err
 		}
 		s.Layers = append(s.Layers, LayerRanges{Layer: i, Type: string(c.LayerTypes[i]), File: LayerFile(i), Ranges: ranges})
+		// The layer's garbage (the float32 Hessian copies just written,
+		// observer copies) goes back to the OS now rather than letting the
+		// heap grow to twice the live set before the next collection.
+		debug.FreeOSMemory()
 	}
 	if err := runHead(m, chunks, xs, dir, s, opt); err != nil {
 		return nil, err

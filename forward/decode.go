@@ -114,6 +114,18 @@ func (lc *LayerCache) Update(pos int, newK, newV []float32) {
 	}
 }
 
+// Fill stores the entries of positions 0..T-1 as T decode steps would
+// have: key and value are [T, KV, D], a prefill's Result.Key[i] and
+// Result.Value[i]. A layer graph can then be run for position T.
+func (lc *LayerCache) Fill(key, value []float32) {
+	w := lc.KVHeads * lc.HeadDim
+	T := len(key) / w
+	// only the last C positions can survive in a C-slot cache
+	for p := max(0, T-lc.Slots); p < T; p++ {
+		lc.Update(p, key[p*w:(p+1)*w], value[p*w:(p+1)*w])
+	}
+}
+
 func (m *Model) checkCache(i int, lc *LayerCache) error {
 	c := m.Cfg
 	C := lc.Slots

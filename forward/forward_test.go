@@ -401,3 +401,46 @@ func TestLayerFLOPs(t *testing.T) {
 		t.Errorf("sliding layer: %g, want %g", got, sliding)
 	}
 }
+
+// TestDecodeLayerAfterPrefill is the ONNX verifier's path: caches filled
+// from a prefill of positions 0..T-2, then one DecodeLayer per layer at
+// position T-1 fed the golden hidden_in.
+func TestDecodeLayerAfterPrefill(t *testing.T) {
+	for _, name := range goldens {
+		g := loadGolden(t, name, Options{})
+		c := g.m.Cfg
+		T, H, W := len(g.ids), c.HiddenSize, c.KVDim()
+		r, err := g.m.Prefill(g.ids[:T-1], PrefillOptions{Dump: true, Logits: NoLogits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.NumLayers {
+			for _, lay := range []Layout{Ring, Roll} {
+				lc := g.m.NewLayerCache(i, lay, T)
+				lc.Fill(r.Key[i], r.Value[i])
+				in := g.ref["hidden_in."+strconv.Itoa(i)][(T-1)*H : T*H]
+				out, k, v, err := g.m.DecodeLayer(i, in, T-1, lc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				next := "hidden_out"
+				if i+1 < c.NumLayers {
+					next = "hidden_in." + strconv.Itoa(i+1)
+				}
+				s := strconv.Itoa(i)
+				for _, chk := range []struct {
+					name     string
+					ref, got []float32
+				}{
+					{next, g.ref[next][(T-1)*H : T*H], out},
+					{"key." + s, g.ref["key."+s][(T-1)*W : T*W], k},
+					{"value." + s, g.ref["value."+s][(T-1)*W : T*W], v},
+				} {
+					if d := Compare(chk.ref, chk.got); d.SNR < 100 || d.MaxAbsDiff > 1e-4*d.MaxAbsRef {
+						t.Errorf("%s layer %d %v: %s at position %d: %v", name, i, lay, chk.name, T-1, d)
+					}
+				}
+			}
+		}
+	}
+}

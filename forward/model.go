@@ -3,6 +3,10 @@ package forward
 import (
 	"fmt"
 	"math"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"sparkconv/dtype"
 	"sparkconv/kernels"
@@ -188,8 +192,33 @@ func (m *Model) loadLayer(l *Layer, i int) error {
 		if err := widen(*f, raw, ti.DType); err != nil {
 			return fmt.Errorf("%s: tensor %s: %w", m.Spark.File(name), name, err)
 		}
+		if m.streaming() {
+			releasePages(raw)
+		}
 	}
 	return nil
+}
+
+// streaming reports whether layers are evicted (the model is too large to
+// keep): then the mapped checkpoint pages are released after widening.
+func (m *Model) streaming() bool { return m.layers.cap < m.Cfg.NumLayers }
+
+// releasePages drops the whole pages of a slice of the read-only checkpoint
+// mapping from this process (madvise MADV_DONTNEED): the data stays in the
+// page cache and is faulted back in if read again, but the process's
+// resident set no longer counts it. Without this, streaming the full
+// model would show its whole 3.4 GB file in RSS.
+func releasePages(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	page := uintptr(os.Getpagesize())
+	addr := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo := int((page - addr%page) % page)
+	hi := len(b) - int((addr+uintptr(len(b)))%page)
+	if hi > lo {
+		_ = unix.Madvise(b[lo:hi], unix.MADV_DONTNEED)
+	}
 }
 
 // widen converts raw float data to float32 on all cores.
@@ -284,9 +313,11 @@ func (m *Model) headRowsF32(buf []float32, v0, v1 int) ([]float32, error) {
 		return m.head[v0*h : v1*h], nil
 	}
 	wb := buf[:(v1-v0)*h]
-	if err := widen(wb, m.headRaw[v0*h*sz:v1*h*sz], m.headType); err != nil {
+	raw := m.headRaw[v0*h*sz : v1*h*sz]
+	if err := widen(wb, raw, m.headType); err != nil {
 		return nil, fmt.Errorf("head %s rows %d..%d: %w", m.Cfg.HeadWeight(), v0, v1, err)
 	}
+	releasePages(raw)
 	return wb, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"sparkconv/convert"
@@ -43,12 +44,15 @@ func BenchmarkGPTQLinear(b *testing.B) {
 			spec := convert.Int4Spec{Target: t, Group: 128, ScaleDType: quant.ScaleF16, Grid: convert.GridSym4,
 				Chooser: convert.RTN{Grid: convert.GridSym4, Search: search}, Parts: Parts(t, 128)}
 			b.Run(fmt.Sprintf("%dx%d/search=%v", sh.n, sh.k, search), func(b *testing.B) {
-				b.SetBytes(int64(sh.n * sh.k * 2))
+				bytes := int64(sh.n * sh.k * 2)
+				b.SetBytes(bytes)
+				c0 := cpuSeconds()
 				for b.Loop() {
 					if _, _, err := convert.EncodeInt4(spec, m); err != nil {
 						b.Fatal(err)
 					}
 				}
+				b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 			})
 		}
 	}
@@ -63,10 +67,12 @@ func BenchmarkGPTQWrite(b *testing.B) {
 	if err := fixtures.Generate(in, fixtures.Options{Preset: "small", Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
-	bytes := fixtures.Presets["small"].Bytes(true)
+	size := fixtures.Presets["small"].Bytes(true)
 	for _, search := range []bool{true, false} {
 		b.Run(fmt.Sprintf("search=%v", search), func(b *testing.B) {
+			bytes := size
 			b.SetBytes(bytes)
+			c0 := cpuSeconds()
 			i := 0
 			for b.Loop() {
 				i++
@@ -75,6 +81,17 @@ func BenchmarkGPTQWrite(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 		})
 	}
+}
+
+// cpuSeconds is this process's user+system CPU time: MB per CPU-second does
+// not depend on how busy the shared machine is.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

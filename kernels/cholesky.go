@@ -221,6 +221,11 @@ func TriInverseLower(l []float64, n int) error {
 	kern := dgemmKern
 	w := getBuf[float64](cholBlock * cholBlock)
 	defer putBuf(w)
+	// Scratch sized for the last block row, so no step allocates.
+	t := getBuf[float64](cholBlock * n)
+	defer putBuf(t)
+	pa := getBuf[float64]((cholBlock + kern.mr - 1) / kern.mr * kern.mr * n)
+	defer putBuf(pa)
 	// Row block I of X = L^-1, left of the diagonal, is
 	// -X_II * L[I, 0:I] * X[0:I, 0:I]; the rows above are already X.
 	for i0 := 0; i0 < n; i0 += cholBlock {
@@ -228,10 +233,8 @@ func TriInverseLower(l []float64, n int) error {
 		inv := (*w)[:ib*ib]
 		triInvRec(inv, ib, l, n, i0, ib, kern)
 		if i0 > 0 {
-			t := getBuf[float64](ib * i0)
-			triRightMul(*t, l, n, i0, ib, kern)
+			triRightMul(*t, *pa, l, n, i0, ib, kern)
 			gemm(ib, i0, ib, operand[float64]{inv, ib, false}, operand[float64]{*t, i0, false}, l[i0*n:], n, -1, false, kern)
-			putBuf(t)
 		}
 		for i := range ib {
 			copy(l[(i0+i)*n+i0:(i0+i)*n+i0+ib], inv[i*ib:(i+1)*ib])
@@ -240,16 +243,14 @@ func TriInverseLower(l []float64, n int) error {
 	return nil
 }
 
-// triRightMul sets t (ib x i0) = L[i0:i0+ib, 0:i0] * X[0:i0, 0:i0], where
+// triRightMul sets t (ib x i0, using pa as packing scratch) = L[i0:i0+ib, 0:i0] * X[0:i0, 0:i0], where
 // rows 0..i0 of l already hold the lower triangular X: column block J of
 // the product needs only the k range [J, i0).
-func triRightMul(t, l []float64, n, i0, ib int, kern *microKernel[float64]) {
+func triRightMul(t, pa, l []float64, n, i0, ib int, kern *microKernel[float64]) {
 	mr := kern.mr
 	panels := (ib + mr - 1) / mr
-	pa := getBuf[float64](panels * mr * i0)
-	defer putBuf(pa)
 	parallelGrain(panels, 2, func(lo, hi int) {
-		kern.packA2((*pa)[lo*mr*i0:], operand[float64]{l[i0*n:], n, false}, lo*mr, min(hi*mr, ib)-lo*mr, i0, 1)
+		kern.packA2(pa[lo*mr*i0:], operand[float64]{l[i0*n:], n, false}, lo*mr, min(hi*mr, ib)-lo*mr, i0, 1)
 	})
 	jw := kern.nc
 	tasks := (i0 + jw - 1) / jw
@@ -259,7 +260,7 @@ func triRightMul(t, l []float64, n, i0, ib int, kern *microKernel[float64]) {
 	}
 	parallelTasks(tasks, func(w, task int) {
 		j0 := task * jw
-		gemmCore(ib, min(jw, i0-j0), i0-j0, (*pa)[j0*mr:], mr*i0,
+		gemmCore(ib, min(jw, i0-j0), i0-j0, pa[j0*mr:], mr*i0,
 			operand[float64]{l[j0*n:], n, false}, j0, t[j0:], i0, false, kern, *bufs[w])
 	})
 	for _, b := range bufs {

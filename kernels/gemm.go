@@ -1,6 +1,9 @@
 package kernels
 
-import "sync"
+import (
+	"math/bits"
+	"sync"
+)
 
 // float is the element type of the generic GEMM driver.
 type float interface{ ~float32 | ~float64 }
@@ -225,32 +228,38 @@ func packB[T float](dst []T, b operand[T], p0, kb, j0, cols, nr int) {
 	}
 }
 
+// Scratch pools by power-of-two size class, so the differently sized
+// operands of consecutive calls (the layers' q/k/v, o, gate/up and down
+// projections) each find a buffer to reuse instead of allocating.
 var (
-	pool32 sync.Pool
-	pool64 sync.Pool
+	pool32 [64]sync.Pool
+	pool64 [64]sync.Pool
 )
 
 // getBuf returns a scratch slice of length n (contents unspecified).
 func getBuf[T float](n int) *[]T {
-	p := poolFor[T]()
-	if v, ok := p.Get().(*[]T); ok && cap(*v) >= n {
+	c := bits.Len(uint(max(n, 1) - 1))
+	p := poolFor[T](c)
+	if v, ok := p.Get().(*[]T); ok {
 		*v = (*v)[:n]
 		return v
 	}
-	s := make([]T, n)
+	s := make([]T, n, 1<<c)
 	return &s
 }
 
+// putBuf returns a buffer from getBuf to its pool.
 func putBuf[T float](b *[]T) {
-	poolFor[T]().Put(b)
+	c := bits.Len(uint(cap(*b))) - 1
+	poolFor[T](c).Put(b)
 }
 
-func poolFor[T float]() *sync.Pool {
+func poolFor[T float](class int) *sync.Pool {
 	var z T
 	if _, ok := any(z).(float32); ok {
-		return &pool32
+		return &pool32[class]
 	}
-	return &pool64
+	return &pool64[class]
 }
 
 // gemmSerial is gemm on the calling goroutine only, for callers that

@@ -150,6 +150,26 @@ func TestSyrkAccumulate(t *testing.T) {
 					}
 				}
 			}
+			// Lower-only accumulation plus one mirror gives the same matrix,
+			// and leaves the upper triangle alone until then.
+			lo := make([]float64, s.k*s.k)
+			for i := range lo {
+				lo[i] = 1
+			}
+			SyrkAccumulateLower(lo, x, s.t, s.k)
+			for i := range s.k {
+				for j := i + 1; j < s.k; j++ {
+					if lo[i*s.k+j] != 1 {
+						t.Fatalf("t=%d k=%d: SyrkAccumulateLower wrote upper (%d,%d)", s.t, s.k, i, j)
+					}
+				}
+			}
+			SymmetrizeLower(lo, s.k)
+			for i := range lo {
+				if lo[i] != h[i] {
+					t.Fatalf("t=%d k=%d: lower+mirror differs from full at %d: %g vs %g", s.t, s.k, i, lo[i], h[i])
+				}
+			}
 		})
 	}
 }

@@ -1,7 +1,9 @@
 //go:build ignore
 
-// gen_asm writes gemm_amd64.s: register-tiled GEMM micro-kernels for
-// AVX-512 and AVX2+FMA. Run with `go generate` (see arch_amd64.go).
+// gen_asm writes gemm_amd64.s (register-tiled GEMM micro-kernels for
+// AVX-512 and AVX2+FMA) and pack_amd64.s (AVX-512 transposes, float32 ->
+// float64 accumulation, dot products). Run with `go generate` (see
+// arch_amd64.go).
 package main
 
 import (
@@ -61,6 +63,16 @@ func (k kern) emit(w *bytes.Buffer) {
 	p("MOVQ c+24(FP), DI")
 	p("MOVQ ldc+32(FP), R8")
 	p("SHLQ $%d, R8", map[int]int{4: 2, 8: 3}[k.esize])
+	// Prefetch the C tile: its rows are read back after the k loop.
+	p("MOVQ DI, R9")
+	for r := range k.mr {
+		for off := 0; off < k.nvec*k.vbyte; off += 64 {
+			p("PREFETCHT0 %d(R9)", off)
+		}
+		if r+1 < k.mr {
+			p("ADDQ R8, R9")
+		}
+	}
 	for i := range nacc {
 		p("%s", k.zero(fmt.Sprintf("%s%d", k.reg, i)))
 	}
@@ -95,7 +107,270 @@ func (k kern) emit(w *bytes.Buffer) {
 	fmt.Fprintln(w)
 }
 
+// asm accumulates one assembly file.
+type asm struct{ bytes.Buffer }
+
+// I writes one indented instruction line.
+func (a *asm) I(format string, args ...any) { fmt.Fprintf(a, "\t"+format+"\n", args...) }
+
+// L writes an unindented line (labels, TEXT, comments).
+func (a *asm) L(format string, args ...any) { fmt.Fprintf(a, format+"\n", args...) }
+
+// loadRows loads n rows of 64 bytes, stride AX bytes, from SI into Z0..Zn-1.
+func (a *asm) loadRows(n int, op string) {
+	for r := range n {
+		a.I("%s (SI), Z%d", op, r)
+		if r+1 < n {
+			a.I("ADDQ AX, SI")
+		}
+	}
+}
+
+// transpose16 transposes the 16x16 float32 block in Z0..Z15 in place
+// (Z16..Z31 are scratch): unpack pairs, shuffle quads, then 128-bit lanes.
+func (a *asm) transpose16() {
+	for i := range 8 {
+		a.I("VUNPCKLPS Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i)
+		a.I("VUNPCKHPS Z%d, Z%d, Z%d", 2*i+1, 2*i, 16+2*i+1)
+	}
+	for i := range 4 {
+		t := func(j int) int { return 16 + j }
+		a.I("VSHUFPS $0x44, Z%d, Z%d, Z%d", t(4*i+2), t(4*i), 4*i)
+		a.I("VSHUFPS $0xEE, Z%d, Z%d, Z%d", t(4*i+2), t(4*i), 4*i+1)
+		a.I("VSHUFPS $0x44, Z%d, Z%d, Z%d", t(4*i+3), t(4*i+1), 4*i+2)
+		a.I("VSHUFPS $0xEE, Z%d, Z%d, Z%d", t(4*i+3), t(4*i+1), 4*i+3)
+	}
+	for _, h := range []int{0, 8} {
+		for j := range 4 {
+			a.I("VSHUFF32X4 $0x88, Z%d, Z%d, Z%d", h+j+4, h+j, 16+h+j)
+			a.I("VSHUFF32X4 $0xDD, Z%d, Z%d, Z%d", h+j+4, h+j, 16+h+j+4)
+		}
+	}
+	for j := range 8 {
+		a.I("VSHUFF32X4 $0x88, Z%d, Z%d, Z%d", 16+j+8, 16+j, j)
+		a.I("VSHUFF32X4 $0xDD, Z%d, Z%d, Z%d", 16+j+8, 16+j, j+8)
+	}
+}
+
+func (a *asm) transpose16x16() {
+	a.L("// func transpose16x16AVX512(src *float32, lds int, dst *float32, ldd int, mask uint16)")
+	a.L("// Reads the 16x16 block src[r*lds+c] (r, c < 16) and writes its transpose")
+	a.L("// dst[c*ldd+r] for the rows r whose bit is set in mask. Strides in elements.")
+	a.L("TEXT ·transpose16x16AVX512(SB), NOSPLIT, $0-34")
+	a.I("MOVQ src+0(FP), SI")
+	a.I("MOVQ lds+8(FP), AX")
+	a.I("MOVQ dst+16(FP), DI")
+	a.I("MOVQ ldd+24(FP), BX")
+	a.I("KMOVW mask+32(FP), K1")
+	a.I("SHLQ $2, AX")
+	a.I("SHLQ $2, BX")
+	a.loadRows(16, "VMOVUPS")
+	a.transpose16()
+	for r := range 16 {
+		a.I("VMOVUPS Z%d, K1, (DI)", r)
+		if r < 15 {
+			a.I("ADDQ BX, DI")
+		}
+	}
+	a.I("VZEROUPPER")
+	a.I("RET")
+	a.L("")
+}
+
+func (a *asm) addF32ToF64() {
+	a.L("// func addF32ToF64AVX512(dst *float64, src *float32, n int)")
+	a.L("// dst[i] += float64(src[i]) for i < n.")
+	a.L("TEXT ·addF32ToF64AVX512(SB), NOSPLIT, $0-24")
+	a.I("MOVQ dst+0(FP), DI")
+	a.I("MOVQ src+8(FP), SI")
+	a.I("MOVQ n+16(FP), CX")
+	a.L("add32_loop32:")
+	a.I("CMPQ CX, $32")
+	a.I("JLT add32_loop8")
+	for u := range 4 {
+		a.I("VCVTPS2PD %d(SI), Z%d", 32*u, u)
+	}
+	for u := range 4 {
+		a.I("VADDPD %d(DI), Z%d, Z%d", 64*u, u, u)
+	}
+	for u := range 4 {
+		a.I("VMOVUPD Z%d, %d(DI)", u, 64*u)
+	}
+	a.I("ADDQ $128, SI")
+	a.I("ADDQ $256, DI")
+	a.I("SUBQ $32, CX")
+	a.I("JMP add32_loop32")
+	a.L("add32_loop8:")
+	a.I("CMPQ CX, $8")
+	a.I("JLT add32_tail")
+	a.I("VCVTPS2PD (SI), Z0")
+	a.I("VADDPD (DI), Z0, Z0")
+	a.I("VMOVUPD Z0, (DI)")
+	a.I("ADDQ $32, SI")
+	a.I("ADDQ $64, DI")
+	a.I("SUBQ $8, CX")
+	a.I("JMP add32_loop8")
+	a.L("add32_tail:")
+	a.I("TESTQ CX, CX")
+	a.I("JZ add32_done")
+	a.I("VCVTSS2SD (SI), X0, X0")
+	a.I("VADDSD (DI), X0, X0")
+	a.I("VMOVSD X0, (DI)")
+	a.I("ADDQ $4, SI")
+	a.I("ADDQ $8, DI")
+	a.I("DECQ CX")
+	a.I("JMP add32_tail")
+	a.L("add32_done:")
+	a.I("VZEROUPPER")
+	a.I("RET")
+	a.L("")
+}
+
+func (a *asm) transposeAdd() {
+	a.L("// func transposeAddF32ToF64AVX512(dst *float64, ldd int, src *float32, lds int)")
+	a.L("// dst[c*ldd+r] += float64(src[r*lds+c]) for r, c < 16. Strides in elements.")
+	a.L("TEXT ·transposeAddF32ToF64AVX512(SB), NOSPLIT, $0-32")
+	a.I("MOVQ dst+0(FP), DI")
+	a.I("MOVQ ldd+8(FP), BX")
+	a.I("MOVQ src+16(FP), SI")
+	a.I("MOVQ lds+24(FP), AX")
+	a.I("SHLQ $2, AX")
+	a.I("SHLQ $3, BX")
+	a.loadRows(16, "VMOVUPS")
+	a.transpose16()
+	for r := range 16 {
+		a.I("VCVTPS2PD Y%d, Z16", r)
+		a.I("VEXTRACTF64X4 $1, Z%d, Y17", r)
+		a.I("VCVTPS2PD Y17, Z17")
+		a.I("VADDPD (DI), Z16, Z16")
+		a.I("VADDPD 64(DI), Z17, Z17")
+		a.I("VMOVUPD Z16, (DI)")
+		a.I("VMOVUPD Z17, 64(DI)")
+		if r < 15 {
+			a.I("ADDQ BX, DI")
+		}
+	}
+	a.I("VZEROUPPER")
+	a.I("RET")
+	a.L("")
+}
+
+func (a *asm) sdot4() {
+	rows := []string{"SI", "R8", "R9", "R10"}
+	a.L("// func sdot4AVX512(b *float32, ldb int, x *float32, k int, y *float32)")
+	a.L("// y[r] = sum_{p<k} b[r*ldb+p]*x[p] for r < 4; k is a multiple of 16.")
+	a.L("TEXT ·sdot4AVX512(SB), NOSPLIT, $0-40")
+	a.I("MOVQ b+0(FP), SI")
+	a.I("MOVQ ldb+8(FP), AX")
+	a.I("MOVQ x+16(FP), DX")
+	a.I("MOVQ k+24(FP), CX")
+	a.I("MOVQ y+32(FP), DI")
+	a.I("SHLQ $2, AX")
+	a.I("LEAQ (SI)(AX*1), R8")
+	a.I("LEAQ (SI)(AX*2), R9")
+	a.I("LEAQ (R8)(AX*2), R10")
+	for i := range 8 {
+		a.I("VPXORD Z%d, Z%d, Z%d", i, i, i)
+	}
+	a.I("XORQ BX, BX")
+	a.I("SHLQ $2, CX")
+	a.L("sdot4_loop32:")
+	a.I("LEAQ 128(BX), R11")
+	a.I("CMPQ R11, CX")
+	a.I("JGT sdot4_loop16")
+	a.I("VMOVUPS (DX)(BX*1), Z16")
+	a.I("VMOVUPS 64(DX)(BX*1), Z17")
+	for r, base := range rows {
+		a.I("VFMADD231PS (%s)(BX*1), Z16, Z%d", base, r)
+		a.I("VFMADD231PS 64(%s)(BX*1), Z17, Z%d", base, r+4)
+	}
+	a.I("MOVQ R11, BX")
+	a.I("JMP sdot4_loop32")
+	a.L("sdot4_loop16:")
+	a.I("CMPQ BX, CX")
+	a.I("JGE sdot4_reduce")
+	a.I("VMOVUPS (DX)(BX*1), Z16")
+	for r, base := range rows {
+		a.I("VFMADD231PS (%s)(BX*1), Z16, Z%d", base, r)
+	}
+	a.I("ADDQ $64, BX")
+	a.I("JMP sdot4_loop16")
+	a.L("sdot4_reduce:")
+	for r := range 4 {
+		a.I("VADDPS Z%d, Z%d, Z%d", r+4, r, r)
+		a.I("VEXTRACTF64X4 $1, Z%d, Y8", r)
+		a.I("VADDPS Y8, Y%d, Y%d", r, r)
+		a.I("VEXTRACTF128 $1, Y%d, X8", r)
+		a.I("VADDPS X8, X%d, X%d", r, r)
+		a.I("VHADDPS X%d, X%d, X%d", r, r, r)
+		a.I("VHADDPS X%d, X%d, X%d", r, r, r)
+		a.I("VMOVSS X%d, %d(DI)", r, 4*r)
+	}
+	a.I("VZEROUPPER")
+	a.I("RET")
+	a.L("")
+}
+
+func (a *asm) transpose8x8F64() {
+	a.L("// func transpose8x8F64AVX512(src *float64, lds int, dst *float64, ldd int, mask uint8, alpha float64)")
+	a.L("// dst[c*ldd+r] = alpha*src[r*lds+c] for r, c < 8 and the rows r whose bit")
+	a.L("// is set in mask. Strides in elements.")
+	a.L("TEXT ·transpose8x8F64AVX512(SB), NOSPLIT, $0-48")
+	a.I("MOVQ src+0(FP), SI")
+	a.I("MOVQ lds+8(FP), AX")
+	a.I("MOVQ dst+16(FP), DI")
+	a.I("MOVQ ldd+24(FP), BX")
+	a.I("KMOVB mask+32(FP), K1")
+	a.I("VBROADCASTSD alpha+40(FP), Z31")
+	a.I("SHLQ $3, AX")
+	a.I("SHLQ $3, BX")
+	a.loadRows(8, "VMOVUPD")
+	for i := range 4 {
+		a.I("VUNPCKLPD Z%d, Z%d, Z%d", 2*i+1, 2*i, 8+2*i)
+		a.I("VUNPCKHPD Z%d, Z%d, Z%d", 2*i+1, 2*i, 8+2*i+1)
+	}
+	t := func(j int) int { return 8 + j }
+	u := func(j int) int { return 16 + j }
+	for _, h := range []int{0, 4} {
+		a.I("VSHUFF64X2 $0x88, Z%d, Z%d, Z%d", t(h+2), t(h), u(h))
+		a.I("VSHUFF64X2 $0x88, Z%d, Z%d, Z%d", t(h+3), t(h+1), u(h+1))
+		a.I("VSHUFF64X2 $0xDD, Z%d, Z%d, Z%d", t(h+2), t(h), u(h+2))
+		a.I("VSHUFF64X2 $0xDD, Z%d, Z%d, Z%d", t(h+3), t(h+1), u(h+3))
+	}
+	for j := range 4 {
+		a.I("VSHUFF64X2 $0x88, Z%d, Z%d, Z%d", u(j+4), u(j), j)
+		a.I("VSHUFF64X2 $0xDD, Z%d, Z%d, Z%d", u(j+4), u(j), j+4)
+	}
+	for r := range 8 {
+		a.I("VMULPD Z31, Z%d, Z%d", r, r)
+		a.I("VMOVUPD Z%d, K1, (DI)", r)
+		if r < 7 {
+			a.I("ADDQ BX, DI")
+		}
+	}
+	a.I("VZEROUPPER")
+	a.I("RET")
+	a.L("")
+}
+
+func writeFile(name string, b []byte) {
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
 func main() {
+	var p asm
+	p.L("// Code generated by gen_asm.go; DO NOT EDIT.\n\n//go:build amd64\n\n#include \"textflag.h\"\n")
+	p.L("// AVX-512 packing, conversion and dot-product helpers.\n")
+	p.transpose16x16()
+	p.addF32ToF64()
+	p.transposeAdd()
+	p.sdot4()
+	p.transpose8x8F64()
+	writeFile("pack_amd64.s", p.Bytes())
+
 	var w bytes.Buffer
 	w.WriteString("// Code generated by gen_asm.go; DO NOT EDIT.\n\n//go:build amd64\n\n#include \"textflag.h\"\n\n")
 	for _, k := range []kern{
@@ -106,8 +381,5 @@ func main() {
 	} {
 		k.emit(&w)
 	}
-	if err := os.WriteFile("gemm_amd64.s", w.Bytes(), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	writeFile("gemm_amd64.s", w.Bytes())
 }

@@ -7,7 +7,7 @@ import (
 )
 
 func TestTranspose16x16AVX512(t *testing.T) {
-	if !cpu.X86.HasAVX512F {
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512DQ {
 		t.Skip("no AVX-512")
 	}
 	const lds, ldd = 21, 19
@@ -80,7 +80,7 @@ func TestAddF32ToF64Helpers(t *testing.T) {
 }
 
 func TestTranspose8x8F64AVX512(t *testing.T) {
-	if !cpu.X86.HasAVX512F {
+	if !cpu.X86.HasAVX512F || !cpu.X86.HasAVX512DQ {
 		t.Skip("no AVX-512")
 	}
 	const lds, ldd = 11, 13

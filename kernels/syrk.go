@@ -14,9 +14,32 @@ const (
 // calibration Hessian of a linear layer's input). The products of each run
 // of up to 512 tokens are summed in float32 by the GEMM kernel and then added
 // into H in float64. H stays fully symmetric: both triangles are updated.
+// In a loop over many chunks, SyrkAccumulateLower followed by one
+// SymmetrizeLower is faster (the float64 read-modify-write of H is a large
+// part of the cost).
 func SyrkAccumulate(h []float64, x []float32, t, k int) {
 	checkLen("SyrkAccumulate", "h", h, k*k)
 	checkLen("SyrkAccumulate", "x", x, t*k)
+	syrkAccumulate(h, x, t, k, true)
+}
+
+// SyrkAccumulateLower is SyrkAccumulate updating only the lower triangle
+// (diagonal included) of H; the strict upper triangle is left untouched.
+// Call SymmetrizeLower once after the last chunk to get the full matrix.
+func SyrkAccumulateLower(h []float64, x []float32, t, k int) {
+	checkLen("SyrkAccumulateLower", "h", h, k*k)
+	checkLen("SyrkAccumulateLower", "x", x, t*k)
+	syrkAccumulate(h, x, t, k, false)
+}
+
+// SymmetrizeLower copies the strict lower triangle of the n x n matrix a
+// onto its upper triangle.
+func SymmetrizeLower(a []float64, n int) {
+	checkLen("SymmetrizeLower", "a", a, n*n)
+	mirrorLower(a, n)
+}
+
+func syrkAccumulate(h []float64, x []float32, t, k int, upper bool) {
 	if t <= 0 || k <= 0 {
 		return
 	}
@@ -31,16 +54,8 @@ func SyrkAccumulate(h []float64, x []float32, t, k int) {
 		tc := min(syrkChunk, t-t0)
 		xs := x[t0*k : (t0+tc)*k]
 		parallelTasks(tiles, func(w, task int) {
-			// task -> (bi, bj) with bj <= bi, row-major over the triangle.
-			bi := int((math.Sqrt(8*float64(task)+1) - 1) / 2)
-			for bi*(bi+1)/2 > task {
-				bi--
-			}
-			for (bi+1)*(bi+2)/2 <= task {
-				bi++
-			}
-			bj := task - bi*(bi+1)/2
-			syrkTileAdd(h, xs, tc, k, bi*syrkTile, bj*syrkTile, *bufs[w])
+			bi, bj := triangleIndex(task)
+			syrkTileAdd(h, xs, tc, k, bi*syrkTile, bj*syrkTile, upper, *bufs[w])
 		})
 	}
 	for _, b := range bufs {
@@ -48,16 +63,34 @@ func SyrkAccumulate(h []float64, x []float32, t, k int) {
 	}
 }
 
+// triangleIndex maps task = bi*(bi+1)/2 + bj (bj <= bi), row-major over a
+// lower triangle, back to (bi, bj).
+func triangleIndex(task int) (bi, bj int) {
+	bi = int((math.Sqrt(8*float64(task)+1) - 1) / 2)
+	for bi*(bi+1)/2 > task {
+		bi--
+	}
+	for (bi+1)*(bi+2)/2 <= task {
+		bi++
+	}
+	return bi, task - bi*(bi+1)/2
+}
+
 // syrkTileAdd adds the tile H[i0:i0+ib, j0:j0+jb] of X^T X (j0 <= i0) and,
-// off the diagonal, its transpose H[j0:j0+jb, i0:i0+ib].
-func syrkTileAdd(h []float64, x []float32, t, k, i0, j0 int, buf []float32) {
+// off the diagonal and when upper is set, its transpose H[j0:j0+jb,
+// i0:i0+ib]. Without upper, a diagonal tile adds its lower triangle only.
+func syrkTileAdd(h []float64, x []float32, t, k, i0, j0 int, upper bool, buf []float32) {
 	ib, jb := min(syrkTile, k-i0), min(syrkTile, k-j0)
 	c := buf[:ib*jb]
 	gemmSerial(ib, jb, t, operand[float32]{x[i0:], k, true}, operand[float32]{x[j0:], k, false}, c, jb, 1, false, sgemmKern)
 	for r := range ib {
-		addF32ToF64(h[(i0+r)*k+j0:(i0+r)*k+j0+jb], c[r*jb:(r+1)*jb])
+		w := jb
+		if !upper && i0 == j0 {
+			w = r + 1
+		}
+		addF32ToF64(h[(i0+r)*k+j0:(i0+r)*k+j0+w], c[r*jb:r*jb+w])
 	}
-	if i0 != j0 {
+	if upper && i0 != j0 {
 		transposeAdd(h[j0*k+i0:], k, c, jb, ib, jb)
 	}
 }

@@ -15,9 +15,9 @@ import (
 )
 
 var (
-	smallOnce  sync.Once
+	smallOnce       sync.Once
 	smallFixtureDir string
-	smallErr   error
+	smallErr        error
 )
 
 // smallFixture generates the "small" fixture (8 layers, hidden 512, vocab

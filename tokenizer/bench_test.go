@@ -85,11 +85,13 @@ func BenchmarkDecode(b *testing.B) {
 				total += len(s)
 			}
 			b.SetBytes(int64(total))
+			cpu0 := processCPUSeconds()
 			for b.Loop() {
 				for _, ids := range all {
 					_ = tk.Decode(ids, false)
 				}
 			}
+			reportCPU(b, cpu0, total)
 		})
 	}
 }

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -28,9 +29,8 @@ type bpe struct {
 	// vocab and there is no prefix/suffix, words produced by the ByteLevel
 	// pre-tokenizer are merged straight from their raw bytes (the alphabet
 	// maps bytes one to one to characters, so the result is identical).
-	bytePath  bool
-	byteSym   [256]int32
-	byteVocab map[string]int // raw bytes -> id, for ignore_merges
+	bytePath bool
+	byteSym  [256]int32
 
 	cacheMu  sync.RWMutex
 	cache    map[string][]int // by word
@@ -155,14 +155,6 @@ func (m *bpe) setupBytePath() {
 		m.byteSym[b] = int32(id)
 	}
 	m.bytePath = true
-	if m.ignoreMerges {
-		m.byteVocab = make(map[string]int, len(m.vocab))
-		for tok, id := range m.vocab {
-			if b, ok := byteLevelBytes(tok); ok {
-				m.byteVocab[string(b)] = id
-			}
-		}
-	}
 }
 
 // buildReverse fills the id -> token table. Ids must be dense enough for
@@ -227,14 +219,15 @@ func (m *bpe) tokenize(word string, out []int, sc *scratch) []int {
 	if word == "" {
 		return out
 	}
-	if m.ignoreMerges {
-		if id, ok := m.vocab[word]; ok {
-			return append(out, id)
+	return m.cached(m.cache, word, out, func(out []int) []int {
+		if m.ignoreMerges {
+			if id, ok := m.vocab[word]; ok {
+				return append(out, id)
+			}
 		}
-	}
-	return m.cached(m.cache, word, out, func() {
 		m.initialSymbols(word, sc)
-	}, sc)
+		return m.merge(out, sc)
+	})
 }
 
 // tokenizeBytes appends the ids of a byte-level word given as raw bytes:
@@ -246,23 +239,35 @@ func (m *bpe) tokenizeBytes(raw string, out []int, sc *scratch) []int {
 	if raw == "" {
 		return out
 	}
-	if m.ignoreMerges {
-		if id, ok := m.byteVocab[raw]; ok {
-			return append(out, id)
+	return m.cached(m.rawCache, raw, out, func(out []int) []int {
+		if m.ignoreMerges {
+			if id, ok := m.vocab[byteLevelString(raw)]; ok {
+				return append(out, id)
+			}
 		}
-	}
-	return m.cached(m.rawCache, raw, out, func() {
-		sc.syms = sc.syms[:0]
+		sc.syms = slices.Grow(sc.syms[:0], len(raw))
 		for i := 0; i < len(raw); i++ {
 			sc.addSymbol(m.byteSym[raw[i]])
 		}
-	}, sc)
+		return m.merge(out, sc)
+	})
 }
 
-// cached returns the cached ids of key or computes them with initial (which
-// fills sc.syms) and mergeAll, caching short words like the reference
-// (at most cacheCap entries of under cacheMaxLen bytes).
-func (m *bpe) cached(cache map[string][]int, key string, out []int, initial func(), sc *scratch) []int {
+// merge runs the merges over sc.syms and appends the resulting ids.
+func (m *bpe) merge(out []int, sc *scratch) []int {
+	m.merges.mergeAll(sc)
+	for _, s := range sc.syms {
+		if !s.removed {
+			out = append(out, int(s.id))
+		}
+	}
+	return out
+}
+
+// cached appends the ids of key, from the cache or computed by compute.
+// Like the reference it caches words under cacheMaxLen bytes, at most
+// cacheCap of them; the cache never changes results.
+func (m *bpe) cached(cache map[string][]int, key string, out []int, compute func([]int) []int) []int {
 	short := len(key) < cacheMaxLen
 	if short {
 		m.cacheMu.RLock()
@@ -272,18 +277,12 @@ func (m *bpe) cached(cache map[string][]int, key string, out []int, initial func
 			return append(out, ids...)
 		}
 	}
-	initial()
-	m.merges.mergeAll(sc)
 	start := len(out)
-	for _, s := range sc.syms {
-		if !s.removed {
-			out = append(out, int(s.id))
-		}
-	}
+	out = compute(out)
 	if short {
 		m.cacheMu.Lock()
 		if len(cache) < cacheCap {
-			cache[strings.Clone(key)] = append([]int(nil), out[start:]...)
+			cache[strings.Clone(key)] = slices.Clone(out[start:])
 		}
 		m.cacheMu.Unlock()
 	}
@@ -295,7 +294,7 @@ func (m *bpe) cached(cache map[string][]int, key string, out []int, initial func
 // <0xNN> byte tokens (byte_fallback), else unk (fused with a preceding unk
 // when fuse_unk), else is dropped.
 func (m *bpe) initialSymbols(word string, sc *scratch) {
-	sc.syms = sc.syms[:0]
+	sc.syms = slices.Grow(sc.syms[:0], len(word))
 	unkPending := false
 	for i := 0; i < len(word); {
 		_, size := utf8.DecodeRuneInString(word[i:])

@@ -13,10 +13,14 @@ var byteChar [256]rune
 // byteCharStr holds byteChar as UTF-8 strings, for building mapped words.
 var byteCharStr [256]string
 
-// charByte is the inverse of byteChar.
-var charByte = map[rune]byte{}
+// charByte is the inverse of byteChar, -1 for runes outside the alphabet
+// (all alphabet runes are below 0x144).
+var charByte [0x144]int16
 
 func init() {
+	for i := range charByte {
+		charByte[i] = -1
+	}
 	n := 0
 	for b := 0; b < 256; b++ {
 		printable := (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)
@@ -27,7 +31,7 @@ func init() {
 			n++
 		}
 		byteCharStr[b] = string(byteChar[b])
-		charByte[byteChar[b]] = byte(b)
+		charByte[byteChar[b]] = int16(b)
 	}
 }
 
@@ -44,15 +48,21 @@ func byteLevelString(s string) string {
 // byteLevelBytes maps a byte-level alphabet string back to the bytes it
 // stands for; ok is false when a rune lies outside the alphabet.
 func byteLevelBytes(s string) (b []byte, ok bool) {
-	b = make([]byte, 0, len(s))
+	return appendByteLevelBytes(make([]byte, 0, len(s)), s)
+}
+
+// appendByteLevelBytes appends the bytes the byte-level string s stands
+// for; ok is false (and dst unchanged) when a rune lies outside the
+// alphabet.
+func appendByteLevelBytes(dst []byte, s string) (out []byte, ok bool) {
+	n := len(dst)
 	for _, r := range s {
-		c, found := charByte[r]
-		if !found {
-			return nil, false
+		if r < 0 || int(r) >= len(charByte) || charByte[r] < 0 {
+			return dst[:n], false
 		}
-		b = append(b, c)
+		dst = append(dst, byte(charByte[r]))
 	}
-	return b, true
+	return dst, true
 }
 
 // lossyUTF8 converts b to a string the way Rust's String::from_utf8_lossy

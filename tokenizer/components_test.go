@@ -307,14 +307,14 @@ func TestBPEMergeOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	for in, want := range map[string][]int{
-		"abc":  {5},       // b c first, then a bc
-		"ab":   {3},       //
-		"aaa":  {7},       // (a a) at 0, then (aa a)
-		"aaaa": {6, 6},    // (a a) at 0, then at 2: aa aa has no merge
-		"cab":  {2, 3},    //
-		"abab": {3, 3},    //
-		"bcbc": {4, 4},    //
-		"abca": {5, 0},    //
+		"abc":  {5}, // b c first, then a bc
+		"ab":   {3},
+		"aaa":  {7},    // (a a) at 0, then (aa a)
+		"aaaa": {6, 6}, // (a a) at 0, then at 2: aa aa has no merge
+		"cab":  {2, 3},
+		"abab": {3, 3},
+		"bcbc": {4, 4},
+		"abca": {5, 0},
 		"x":    []int(nil), // unknown, no unk token: dropped
 	} {
 		if got := m.tokenize(in, nil, &scratch{}); !reflect.DeepEqual(got, want) {

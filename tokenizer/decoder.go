@@ -91,9 +91,8 @@ type byteLevelDec struct{}
 func (byteLevelDec) decodeChain(tokens []string) []string {
 	var buf []byte
 	for _, t := range tokens {
-		if b, ok := byteLevelBytes(t); ok {
-			buf = append(buf, b...)
-		} else {
+		var ok bool
+		if buf, ok = appendByteLevelBytes(buf, t); !ok {
 			buf = append(buf, t...)
 		}
 	}
@@ -160,6 +159,12 @@ type stripDec struct {
 func (s stripDec) decodeChain(tokens []string) []string {
 	out := make([]string, len(tokens))
 	for i, t := range tokens {
+		first, _ := utf8.DecodeRuneInString(t)
+		last, _ := utf8.DecodeLastRuneInString(t)
+		if t == "" || (s.start == 0 || first != s.content) && (s.stop == 0 || last != s.content) {
+			out[i] = t // nothing to strip
+			continue
+		}
 		rs := []rune(t)
 		lo := 0
 		for lo < s.start && lo < len(rs) && rs[lo] == s.content {

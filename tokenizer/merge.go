@@ -8,13 +8,19 @@ type mergeVal struct {
 }
 
 // mergeTable maps a pair of ids to its merge. It is an open-addressing
-// hash table with linear probing: a merge step does two or three lookups,
-// and Go's generic map made them half of all encode time.
+// hash table with linear probing whose slots hold key and value together
+// (one cache line per probe): a merge step does two or three lookups,
+// and with Go's generic map they were half of all encode time.
 type mergeTable struct {
-	keys  []uint64
-	vals  []mergeVal // rank -1 marks an empty slot
+	slots []mergeSlot
 	shift uint
 	n     int // distinct pairs
+}
+
+// mergeSlot is one table slot; rank -1 marks it empty.
+type mergeSlot struct {
+	key uint64
+	val mergeVal
 }
 
 func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
@@ -25,9 +31,9 @@ func newMergeTable(n int) *mergeTable {
 		size *= 2
 		shift--
 	}
-	t := &mergeTable{keys: make([]uint64, size), vals: make([]mergeVal, size), shift: shift}
-	for i := range t.vals {
-		t.vals[i].rank = -1
+	t := &mergeTable{slots: make([]mergeSlot, size), shift: shift}
+	for i := range t.slots {
+		t.slots[i].val.rank = -1
 	}
 	return t
 }
@@ -39,13 +45,14 @@ func (t *mergeTable) slot(key uint64) int {
 // put inserts or overwrites (later merges of the same pair win, as when
 // the reference collects its merges into a map).
 func (t *mergeTable) put(key uint64, v mergeVal) {
-	mask := len(t.keys) - 1
+	mask := len(t.slots) - 1
 	for i := t.slot(key); ; i = (i + 1) & mask {
-		if t.vals[i].rank < 0 || t.keys[i] == key {
-			if t.vals[i].rank < 0 {
+		sl := &t.slots[i]
+		if sl.val.rank < 0 || sl.key == key {
+			if sl.val.rank < 0 {
 				t.n++
 			}
-			t.keys[i], t.vals[i] = key, v
+			sl.key, sl.val = key, v
 			return
 		}
 	}
@@ -53,13 +60,14 @@ func (t *mergeTable) put(key uint64, v mergeVal) {
 
 func (t *mergeTable) get(a, b int32) (mergeVal, bool) {
 	key := pairKey(a, b)
-	mask := len(t.keys) - 1
+	mask := len(t.slots) - 1
 	for i := t.slot(key); ; i = (i + 1) & mask {
-		if t.vals[i].rank < 0 {
-			return mergeVal{}, false
+		sl := &t.slots[i]
+		if sl.key == key && sl.val.rank >= 0 {
+			return sl.val, true
 		}
-		if t.keys[i] == key {
-			return t.vals[i], true
+		if sl.val.rank < 0 {
+			return mergeVal{}, false
 		}
 	}
 }

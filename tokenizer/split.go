@@ -30,8 +30,14 @@ type matcher interface {
 // compileRegex compiles an Oniguruma-style pattern with regexp2 in its
 // default (.NET) mode: there `\s` is Unicode White_Space and `\p{..}`
 // are Unicode general categories, as with Oniguruma on UTF-8.
-func compileRegex(pattern string) (*regexp2.Regexp, error) {
-	re, err := regexp2.Compile(pattern, regexp2.None)
+func compileRegex(pattern string) (re *regexp2.Regexp, err error) {
+	defer func() {
+		// A pattern from an untrusted file must not crash the process.
+		if r := recover(); r != nil {
+			re, err = nil, fmt.Errorf("compile regex %q: %v", pattern, r)
+		}
+	}()
+	re, err = regexp2.Compile(pattern, regexp2.None)
 	if err != nil {
 		return nil, fmt.Errorf("compile regex %q: %w", pattern, err)
 	}

@@ -21,6 +21,17 @@
 // Sequence; decoders ByteLevel, ByteFallback, Fuse, Strip, Replace,
 // Metaspace, BPEDecoder, WordPiece, Sequence. Anything else is a load
 // error. Truncation and padding settings are ignored.
+//
+// Split regexes: the reference runs them through Oniguruma. The GPT-2,
+// Qwen2/3, Llama-3 and DeepSeek-V3 patterns are recognized and run by
+// exact hand-written matchers (fast.go; fast_test.go checks them against
+// regexp2 on random text); any other pattern runs through
+// github.com/dlclark/regexp2, whose default mode has the same \s, \p{L}
+// and \p{N} classes. Known gaps: Unicode tables are Go's (15.0); under
+// (?i) Oniguruma folds U+017F to "s", which the hand-written matchers do
+// and regexp2 does not. Unicode normalization avoids x/text's stream-safe
+// U+034F insertion, so long combining-mark runs normalize like the
+// reference's (unicode.go).
 package tokenizer
 
 import (

@@ -116,9 +116,13 @@ func TestTrainPadsWithFillers(t *testing.T) {
 func BenchmarkTrain(b *testing.B) {
 	corpus := trainCorpus(b)
 	b.SetBytes(int64(len(corpus)))
+	cpu0 := processCPUSeconds()
 	for b.Loop() {
 		if _, err := TrainByteLevelBPE(corpus, 2048); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if cpu := processCPUSeconds() - cpu0; cpu > 0 {
+		b.ReportMetric(cpu/float64(b.N)*1e3, "cpu-ms/train")
 	}
 }

@@ -76,7 +76,7 @@ func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out strin
 		texts = append(texts, t...)
 	}
 	texts = calib.Select(texts, maxSamples, seed)
-	m, err := forward.Open(modelDir, forward.Options{})
+	m, err := forward.Open(modelDir, forward.Options{CachedLayers: 1}) // each layer is used once
 	if err != nil {
 		return err
 	}
