@@ -319,7 +319,8 @@ func configKeys(dir string) (map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-// weight returns a checkpoint tensor converted to the export dtype.
+// vector returns a checkpoint tensor converted to the export dtype and its
+// element count.
 func (e *exporter) vector(name string) (Data, int64, error) {
 	ti, raw, err := e.m.Raw(name)
 	if err != nil {
@@ -484,47 +485,68 @@ func (e *exporter) layerWeights(b *Builder, i int) (layerWeights, error) {
 	return w, nil
 }
 
+// layerIO names one layer's graph inputs.
+type layerIO struct {
+	cos, sin, pastK, pastV, mask string
+}
+
 // layer appends one decoder layer reading residual x and returns the new
 // residual and the layer's cache outputs. outName names the residual when
 // it is the graph output.
 func (e *exporter) layer(b *Builder, p layerPlan, sfx, x, outName string) (string, []ValueInfo, error) {
 	c, dt := e.c, e.o.DType
-	kv, d, heads := int64(c.NumKVHeads), int64(c.HeadDim), int64(c.NumHeads)
-	grp, slots, half := heads/kv, int64(p.CacheSlots), int64(p.RotaryDims/2)
+	kv, d, slots, half := int64(c.NumKVHeads), int64(c.HeadDim), int64(p.CacheSlots), int64(p.RotaryDims/2)
 	b.SetPrefix(fmt.Sprintf("L%d", p.Layer))
-	cos := b.Input("rope_cos"+sfx, dt, 1, 1, half)
-	sin := b.Input("rope_sin"+sfx, dt, 1, 1, half)
-	pastK := b.Input("past_key"+sfx, dt, 1, kv, d, slots)
-	pastV := b.Input("past_value"+sfx, dt, 1, kv, slots, d)
-	mask := b.Input("attention_mask"+sfx, dt, 1, 1, 1, slots+1)
+	defer b.SetPrefix("")
+	io := layerIO{
+		cos:   b.Input("rope_cos"+sfx, dt, 1, 1, half),
+		sin:   b.Input("rope_sin"+sfx, dt, 1, 1, half),
+		pastK: b.Input("past_key"+sfx, dt, 1, kv, d, slots),
+		pastV: b.Input("past_value"+sfx, dt, 1, kv, slots, d),
+		mask:  b.Input("attention_mask"+sfx, dt, 1, 1, 1, slots+1),
+	}
 	w, err := e.layerWeights(b, p.Layer)
 	if err != nil {
 		return "", nil, err
 	}
-
 	h := b.RMSNorm(x, w.inNorm, c.RMSNormEps)
+	attn, outs := e.attention(b, p, sfx, io, h, w)
+	x = b.Op("Add", []string{x, b.Op("MatMul", []string{attn, w.o})})
+	down := e.mlp(b, b.RMSNorm(x, w.postNorm, c.RMSNormEps), w)
+	if outName != "" {
+		return b.OpTo(outName, "Add", []string{x, down}), outs, nil
+	}
+	return b.Op("Add", []string{x, down}), outs, nil
+}
+
+// attention emits the gated GQA attention of normed input h over the cache
+// and the new token; it returns the heads concatenated [1,1,heads*d]
+// (before o_proj) and the cache outputs of the layer's layout.
+func (e *exporter) attention(b *Builder, p layerPlan, sfx string, io layerIO, h string, w layerWeights) (string, []ValueInfo) {
+	c, dt := e.c, e.o.DType
+	kv, d, heads := int64(c.NumKVHeads), int64(c.HeadDim), int64(c.NumHeads)
+	grp, slots, half := heads/kv, int64(p.CacheSlots), int64(p.RotaryDims/2)
 	// GQA: query head h = kv*grp + g, so [1,1,heads*d] is [1,kv,grp,d].
 	q := b.Reshape(b.Op("MatMul", []string{h, w.q}), 1, kv, grp, d)
-	q = b.RoPE(q, cos, sin, half, d)
+	q = b.RoPE(q, io.cos, io.sin, half, d)
 	q = b.Op("Mul", []string{q, b.Scalar(1 / math.Sqrt(float64(d)))})
 	k := b.Reshape(b.Op("MatMul", []string{h, w.k}), 1, kv, 1, d)
-	k = b.RoPE(k, cos, sin, half, d)
+	k = b.RoPE(k, io.cos, io.sin, half, d)
 	v := b.Op("MatMul", []string{h, w.v})
 
 	var outs []ValueInfo
-	var keys, vals string
 	kName, vName := "", ""
 	if p.Layout == LayoutRing {
 		kName, vName = "new_key"+sfx, "new_value"+sfx
-		outs = append(outs, ValueInfo{"new_key" + sfx, []int64{1, kv, d, 1}, dt}, ValueInfo{"new_value" + sfx, []int64{1, kv, 1, d}, dt})
+		outs = append(outs, ValueInfo{kName, []int64{1, kv, d, 1}, dt}, ValueInfo{vName, []int64{1, kv, 1, d}, dt})
 	}
 	// With one token, [1,kv,1,d] -> [1,kv,d,1] is a reshape, not a transpose.
 	newK := b.ReshapeTo(kName, k, 1, kv, d, 1)
 	newV := b.ReshapeTo(vName, v, 1, kv, 1, d)
-	keys = b.Op("Concat", []string{pastK, newK}, AttrInt("axis", 3)) // [1,kv,d,slots+1]
-	vals = b.Op("Concat", []string{pastV, newV}, AttrInt("axis", 2)) // [1,kv,slots+1,d]
-	scores := b.Op("MatMul", []string{q, keys})                      // [1,kv,grp,slots+1]
-	probs := b.Op("Softmax", []string{b.Op("Add", []string{scores, mask})}, AttrInt("axis", -1))
+	keys := b.Op("Concat", []string{io.pastK, newK}, AttrInt("axis", 3)) // [1,kv,d,slots+1]
+	vals := b.Op("Concat", []string{io.pastV, newV}, AttrInt("axis", 2)) // [1,kv,slots+1,d]
+	scores := b.Op("MatMul", []string{q, keys})                          // [1,kv,grp,slots+1]
+	probs := b.Op("Softmax", []string{b.Op("Add", []string{scores, io.mask})}, AttrInt("axis", -1))
 	attn := b.Op("MatMul", []string{probs, vals}) // [1,kv,grp,d]
 	if p.Layout == LayoutRoll {
 		b.OpTo("present_key"+sfx, "Slice", []string{keys, b.Int64s(1), b.Int64s(slots + 1), b.Int64s(3)})
@@ -532,23 +554,17 @@ func (e *exporter) layer(b *Builder, p layerPlan, sfx, x, outName string) (strin
 		outs = append(outs, ValueInfo{"present_key" + sfx, []int64{1, kv, d, slots}, dt}, ValueInfo{"present_value" + sfx, []int64{1, kv, slots, d}, dt})
 	}
 	gate := b.Reshape(b.Op("Sigmoid", []string{b.Op("MatMul", []string{h, w.g})}), 1, kv, grp, 1)
-	attn = b.Reshape(b.Op("Mul", []string{attn, gate}), 1, 1, heads*d)
-	x = b.Op("Add", []string{x, b.Op("MatMul", []string{attn, w.o})})
+	return b.Reshape(b.Op("Mul", []string{attn, gate}), 1, 1, heads*d), outs
+}
 
-	h2 := b.RMSNorm(x, w.postNorm, c.RMSNormEps)
-	g := b.Op("MatMul", []string{h2, w.gate})
+// mlp emits the GEGLU MLP of normed input h and returns down_proj's output.
+func (e *exporter) mlp(b *Builder, h string, w layerWeights) string {
+	g := b.Op("MatMul", []string{h, w.gate})
 	if e.o.GELU == "tanh" {
 		g = b.GELUTanh(g)
 	} else {
 		g = b.GELUErf(g)
 	}
-	act := b.Op("Mul", []string{g, b.Op("MatMul", []string{h2, w.up})})
-	down := b.Op("MatMul", []string{act, w.down})
-	if outName != "" {
-		x = b.OpTo(outName, "Add", []string{x, down})
-	} else {
-		x = b.Op("Add", []string{x, down})
-	}
-	b.SetPrefix("")
-	return x, outs, nil
+	act := b.Op("Mul", []string{g, b.Op("MatMul", []string{h, w.up})})
+	return b.Op("MatMul", []string{act, w.down})
 }

@@ -61,14 +61,16 @@ the bytes are identical on every run.`,
 
 // exportONNXReport is export-onnx's JSON summary.
 type exportONNXReport struct {
-	Out                      string                   `json:"out"`
-	Files                    []exportONNXFile         `json:"files"`
-	Bytes                    int64                    `json:"bytes"`
-	Seconds                  float64                  `json:"seconds"`
-	MBPerSec                 float64                  `json:"mb_per_s"`
-	Lint                     map[string][]qnn.Finding `json:"lint,omitempty"`
-	LintErrors, LintWarnings int                      `json:"-"`
-	Manifest                 *onnxgraph.Manifest      `json:"-"`
+	Out          string                   `json:"out"`
+	Files        []exportONNXFile         `json:"files"`
+	Bytes        int64                    `json:"bytes"`
+	Seconds      float64                  `json:"seconds"`
+	MBPerSec     float64                  `json:"mb_per_s"`
+	Lint         map[string][]qnn.Finding `json:"lint,omitempty"`
+	LintErrors   int                      `json:"lint_errors"`
+	LintWarnings int                      `json:"lint_warnings"`
+	Error        string                   `json:"error,omitempty"`
+	Manifest     *onnxgraph.Manifest      `json:"-"`
 }
 
 type exportONNXFile struct {
@@ -140,8 +142,16 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 			return err
 		}
 		if rep.LintErrors > 0 {
+			err := fmt.Errorf("export-onnx: the QNN lint found %d errors; nothing written to %s", rep.LintErrors, f.out)
+			if jsonOut {
+				rep.Error = err.Error()
+				if perr := printJSON(rep); perr != nil {
+					return perr
+				}
+				return reported(err)
+			}
 			printLint(cmd, rep)
-			return fmt.Errorf("export-onnx: the QNN lint found %d errors; nothing written to %s", rep.LintErrors, f.out)
+			return err
 		}
 	}
 	if err := d.Commit(); err != nil {

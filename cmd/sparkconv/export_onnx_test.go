@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"sparkconv/onnxgraph"
+	"sparkconv/qnn"
 )
 
 const goldenTied = "../../../shared/golden/spark-mini-tied"
@@ -88,6 +90,12 @@ func TestVerifyCommand(t *testing.T) {
 	if code != 1 || !strings.Contains(stdout, "FAIL: layer_") {
 		t.Errorf("tanh export: exit %d\n%s", code, stdout)
 	}
+	// With --json, stdout is the one report document, pass false.
+	stdout, _, code = run(t, "--json", "verify", "--model", goldenTied, "--export", tanh, "--threads", "1")
+	var bad onnxgraphReport
+	if err := json.Unmarshal([]byte(stdout), &bad); code != 1 || err != nil || bad.Pass {
+		t.Errorf("tanh export --json: exit %d, %v, %+v", code, err, bad)
+	}
 	// A file that no longer matches its sha256 fails, even when the change
 	// (the lowest mantissa byte of one weight) is numerically invisible.
 	p := filepath.Join(good, "head.onnx")
@@ -110,4 +118,35 @@ type onnxgraphReport struct {
 		File string `json:"file"`
 		Pass bool   `json:"pass"`
 	} `json:"graphs"`
+}
+
+// TestLintReadsStructure: the lint of export-onnx reads files with
+// onnxgraph.ReadStructure (big weights' payload skipped); on a graph with
+// QNN problems it must report exactly what a full read reports.
+func TestLintReadsStructure(t *testing.T) {
+	b := onnxgraph.New("bad", onnxgraph.Float32)
+	x := b.Input("x", onnxgraph.Float32, 1, 4, 64)
+	w := b.Float32s("w", []int64{64, 64}, make([]float32, 64*64)) // 16 KiB: skipped below
+	y := b.Op("MatMul", []string{x, w})
+	y = b.Op("Softmax", []string{y}, onnxgraph.AttrInt("axis", 1))
+	y = b.Op("Reshape", []string{y, b.Int64s(1, 256)}, onnxgraph.AttrInt("allowzero", 1))
+	b.OpTo("y", "Erf", []string{y})
+	b.Output("y", onnxgraph.Float32, 1, 256)
+	dir := t.TempDir()
+	if _, err := b.WriteFile(dir, "bad.onnx", onnxgraph.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "bad.onnx")
+	full, err := qnn.ReadModelFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean, err := onnxgraph.ReadStructure(path, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, got := qnn.Lint(full), qnn.Lint(lean)
+	if len(want) < 3 || fmt.Sprint(want) != fmt.Sprint(got) {
+		t.Fatalf("lint of the full model:\n%v\nlint of the structure:\n%v", want, got)
+	}
 }

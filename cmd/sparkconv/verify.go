@@ -84,7 +84,7 @@ func runVerify(cmd *cobra.Command, model, export, ortLib string, o onnxgraph.Ver
 		printVerify(cmd, rep, time.Since(start))
 	}
 	if !rep.Pass {
-		return fmt.Errorf("verify: %d bars failed", len(rep.Failures))
+		return reported(fmt.Errorf("verify: %d bars failed", len(rep.Failures)))
 	}
 	return nil
 }
