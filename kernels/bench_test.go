@@ -19,7 +19,8 @@ var benchShapes = []struct{ m, n, k int }{
 func reportGFLOPs(b *testing.B, flops float64, cpu0 time.Duration) {
 	total := flops * float64(b.N) / 1e9
 	b.ReportMetric(total/b.Elapsed().Seconds(), "GFLOP/s")
-	if cpu := processCPU() - cpu0; cpu > 0 {
+	// rusage is too coarse for runs of a few milliseconds.
+	if cpu := processCPU() - cpu0; cpu > 0 && b.Elapsed() > 50*time.Millisecond {
 		b.ReportMetric(total/cpu.Seconds(), "GFLOP/CPU-s")
 	}
 }

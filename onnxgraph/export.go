@@ -276,6 +276,9 @@ func (e *exporter) add(man *Manifest, build func() (*Builder, GraphEntry, error)
 	if err != nil {
 		return err
 	}
+	// The graph's weights are on disk now: drop the checkpoint pages they
+	// were read from, so the resident set stays near one graph.
+	e.m.ReleaseAll()
 	g.Opset, g.SHA256, g.Bytes, g.ExternalData = Opset, info.SHA256, info.Size, info.External
 	for _, v := range b.Inputs() {
 		g.Inputs = append(g.Inputs, TensorSpec{Name: v.Name, Shape: v.Shape, DType: v.DType.String()})

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // IndexFile and SingleFile are the two ways a Hugging Face checkpoint folder
@@ -243,5 +245,14 @@ func sortedValues(m map[string]string) []string {
 func (c *Checkpoint) Release(name string) {
 	if f, ok := c.byName[name]; ok {
 		f.Release(name)
+	}
+}
+
+// ReleaseAll drops every shard's pages from this process's resident set.
+func (c *Checkpoint) ReleaseAll() {
+	for _, f := range c.files {
+		if f.data != nil {
+			_ = unix.Madvise(f.data, unix.MADV_DONTNEED)
+		}
 	}
 }
