@@ -118,53 +118,20 @@ func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options
 		}
 		xs[k] = x
 	}
-	accs := map[forward.Point]*inputAcc{
+	lr := &layerRun{m: m, chunks: chunks, xs: xs, dir: dir, opt: opt, accs: map[forward.Point]*inputAcc{
 		forward.AttnNorm: newInputAcc(c.HiddenSize), forward.AttnGated: newInputAcc(c.QDim()),
 		forward.MLPNorm: newInputAcc(c.HiddenSize), forward.MLPAct: newInputAcc(c.IntermediateSize),
-	}
+	}}
 	for i := range c.NumLayers {
-		opt.Bar.Describe(fmt.Sprintf("calibrate layer %d/%d", i+1, c.NumLayers))
-		obs := newObserver(i)
-		var readers [][]string
-		for _, in := range layerInputs {
-			a := accs[in.point]
-			a.reset(spark.LayerModule(i, in.module) + ".input")
-			obs.inputs[in.point] = a
-			var rs []string
-			for _, r := range in.readers {
-				rs = append(rs, spark.LayerModule(i, r))
-			}
-			readers = append(readers, rs)
-		}
-		for k, ch := range chunks {
-			if err := opt.Ctx.Err(); err != nil {
-				return nil, err
-			}
-			if _, _, err := m.ForwardLayer(i, xs[k], len(ch.IDs), obs); err != nil {
-				return nil, err
-			}
-			opt.Bar.Add(1)
-		}
-		ranges, err := obs.rangeMap(fmt.Sprintf("layer %d", i))
-		if err != nil {
+		if err := lr.layer(i, s); err != nil {
 			return nil, err
 		}
-		var ts []safetensors.Tensor
-		for k, in := range layerInputs {
-			a := accs[in.point]
-			ts = append(ts, a.tensors()...)
-			s.Inputs = append(s.Inputs, a.info(LayerFile(i), i, in.point, readers[k]))
-		}
-		if err := writeTensors(dir, LayerFile(i), ts); err != nil {
-			return nil, err
-		}
-		s.Layers = append(s.Layers, LayerRanges{Layer: i, Type: string(c.LayerTypes[i]), File: LayerFile(i), Ranges: ranges})
-		// The layer's garbage (the float32 Hessian copies just written,
-		// observer copies) goes back to the OS now rather than letting the
-		// heap grow to twice the live set before the next collection.
+		// The layer's garbage (observer copies, the writer's buffers) goes
+		// back to the OS now rather than letting the heap grow to twice
+		// the live set before the next collection.
 		debug.FreeOSMemory()
 	}
-	if err := runHead(m, chunks, xs, dir, s, opt); err != nil {
+	if err := runHead(m, chunks, xs, dir, s, &lr.hbuf, opt); err != nil {
 		return nil, err
 	}
 	data, err := json.MarshalIndent(s, "", "  ")
@@ -177,9 +144,60 @@ func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options
 	return s, nil
 }
 
+// layerRun is the state of the layer-by-layer pass.
+type layerRun struct {
+	m      *forward.Model
+	chunks []Chunk
+	xs     [][]float32 // residual stream of every chunk, advanced layer by layer
+	dir    string
+	opt    Options
+	accs   map[forward.Point]*inputAcc // reused from layer to layer
+	hbuf   []byte                      // Hessian bytes being written, reused
+}
+
+// layer runs layer i over every chunk, writes its file and adds it to s.
+func (lr *layerRun) layer(i int, s *Summary) error {
+	c := lr.m.Cfg
+	lr.opt.Bar.Describe(fmt.Sprintf("calibrate layer %d/%d", i+1, c.NumLayers))
+	obs := newObserver(i)
+	for _, in := range layerInputs {
+		a := lr.accs[in.point]
+		a.reset(spark.LayerModule(i, in.module) + ".input")
+		obs.inputs[in.point] = a
+	}
+	for k, ch := range lr.chunks {
+		if err := lr.opt.Ctx.Err(); err != nil {
+			return err
+		}
+		if _, _, err := lr.m.ForwardLayer(i, lr.xs[k], len(ch.IDs), obs); err != nil {
+			return err
+		}
+		lr.opt.Bar.Add(1)
+	}
+	ranges, err := obs.rangeMap(fmt.Sprintf("layer %d", i))
+	if err != nil {
+		return err
+	}
+	var ts []safetensors.Tensor
+	for _, in := range layerInputs {
+		a := lr.accs[in.point]
+		ts = append(ts, a.tensors(&lr.hbuf)...)
+		var readers []string
+		for _, r := range in.readers {
+			readers = append(readers, spark.LayerModule(i, r))
+		}
+		s.Inputs = append(s.Inputs, a.info(LayerFile(i), i, in.point, readers))
+	}
+	if err := writeTensors(lr.dir, LayerFile(i), ts); err != nil {
+		return err
+	}
+	s.Layers = append(s.Layers, LayerRanges{Layer: i, Type: string(c.LayerTypes[i]), File: LayerFile(i), Ranges: ranges})
+	return nil
+}
+
 // runHead records the final norm (the head's input, with its Hessian) and
 // the logits' range.
-func runHead(m *forward.Model, chunks []Chunk, xs [][]float32, dir string, s *Summary, opt Options) error {
+func runHead(m *forward.Model, chunks []Chunk, xs [][]float32, dir string, s *Summary, hbuf *[]byte, opt Options) error {
 	H := m.Cfg.HiddenSize
 	opt.Bar.Describe("calibrate head")
 	obs := newObserver(forward.ModelLevel)
@@ -207,12 +225,9 @@ func runHead(m *forward.Model, chunks []Chunk, xs [][]float32, dir string, s *Su
 		return err
 	}
 	s.Head = ranges
-	head := []string{HeadModule}
-	if m.Cfg.TieWordEmbeddings {
-		head = []string{spark.EmbedName + " (tied head)"}
-	}
-	s.Inputs = append(s.Inputs, a.info(HeadFile, -1, forward.FinalNorm, head))
-	return writeTensors(dir, HeadFile, a.tensors())
+	// "lm_head" also when tied (model.tie_word_embeddings says which)
+	s.Inputs = append(s.Inputs, a.info(HeadFile, -1, forward.FinalNorm, []string{HeadModule}))
+	return writeTensors(dir, HeadFile, a.tensors(hbuf))
 }
 
 func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Summary {

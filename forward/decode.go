@@ -149,9 +149,7 @@ func (m *Model) checkCache(i int, lc *LayerCache) error {
 // window (C = window-1 slots holding the latest entries for a sliding
 // layer). Unfilled slots are skipped whatever they hold.
 func (m *Model) DecodeLayer(i int, hidden []float32, pos int, cache *LayerCache) (out, newK, newV []float32, err error) {
-	c := m.Cfg
-	H, QD, KVD, NH, I := c.HiddenSize, c.QDim(), c.KVDim(), c.NumHeads, c.IntermediateSize
-	if len(hidden) != H {
+	if H := m.Cfg.HiddenSize; len(hidden) != H {
 		return nil, nil, nil, fmt.Errorf("layer %d: hidden holds %d values, want %d", i, len(hidden), H)
 	}
 	if err := m.checkCache(i, cache); err != nil {
@@ -161,6 +159,16 @@ func (m *Model) DecodeLayer(i int, hidden []float32, pos int, cache *LayerCache)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	out, newK, newV = m.decodeAttentionBlock(l, hidden, pos, cache)
+	m.decodeMLPBlock(l, out)
+	return out, newK, newV, nil
+}
+
+// decodeAttentionBlock returns hidden plus the attention half of layer l
+// for one token, and the token's key and value.
+func (m *Model) decodeAttentionBlock(l *Layer, hidden []float32, pos int, cache *LayerCache) (out, newK, newV []float32) {
+	c := m.Cfg
+	H, QD, KVD, NH, D := c.HiddenSize, c.QDim(), c.KVDim(), c.NumHeads, c.HeadDim
 	W := QD + 2*KVD
 	h := make([]float32, H)
 	m.rmsNorm(h, hidden, l.InNorm)
@@ -169,8 +177,7 @@ func (m *Model) DecodeLayer(i int, hidden []float32, pos int, cache *LayerCache)
 	gate := make([]float32, NH)
 	kernels.MatVecNT(gate, l.G, h, NH, H)
 	kernels.Sigmoid(gate)
-	cos, sin := m.RoPE(i, pos)
-	D := c.HeadDim
+	cos, sin := m.RoPE(l.Index, pos)
 	for hd := range NH + c.NumKVHeads {
 		rotate(qkv[hd*D:(hd+1)*D], cos, sin)
 	}
@@ -182,7 +189,14 @@ func (m *Model) DecodeLayer(i int, hidden []float32, pos int, cache *LayerCache)
 	out = make([]float32, H)
 	kernels.MatVecNT(out, l.O, att, H, QD)
 	addInto(out, hidden)
-	m.rmsNorm(h, out, l.PostNorm)
+	return out, newK, newV
+}
+
+// decodeMLPBlock adds the GEGLU half of layer l to x [H].
+func (m *Model) decodeMLPBlock(l *Layer, x []float32) {
+	H, I := m.Cfg.HiddenSize, m.Cfg.IntermediateSize
+	h := make([]float32, H)
+	m.rmsNorm(h, x, l.PostNorm)
 	g, u := make([]float32, I), make([]float32, I)
 	kernels.MatVecNT(g, l.Gate, h, I, H)
 	kernels.MatVecNT(u, l.Up, h, I, H)
@@ -190,8 +204,7 @@ func (m *Model) DecodeLayer(i int, hidden []float32, pos int, cache *LayerCache)
 	mulInto(g, u)
 	mlp := make([]float32, H)
 	kernels.MatVecNT(mlp, l.Down, g, H, I)
-	addInto(out, mlp)
-	return out, newK, newV, nil
+	addInto(x, mlp)
 }
 
 // decodeAttention attends one rotated token qkv [QD+2*KVD] over the filled

@@ -12,9 +12,7 @@ import (
 // the layer's keys after RoPE and its values, each [T, KV, D]. obs, when not
 // nil, sees every intermediate tensor of the layer (see Point).
 func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, value []float32, err error) {
-	c := m.Cfg
-	H, QD, KVD, NH, I := c.HiddenSize, c.QDim(), c.KVDim(), c.NumHeads, c.IntermediateSize
-	if len(x) != T*H {
+	if H := m.Cfg.HiddenSize; len(x) != T*H {
 		return nil, nil, fmt.Errorf("layer %d: hidden state holds %d values, want T*H = %d*%d", i, len(x), T, H)
 	}
 	l, err := m.Layer(i)
@@ -26,6 +24,15 @@ func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, valu
 			obs.Observe(i, p, d, cols)
 		}
 	}
+	key, value = m.attentionBlock(l, x, T, obs, see)
+	m.mlpBlock(l, x, T, see)
+	return key, value, nil
+}
+
+// attentionBlock adds the attention half of layer l to x [T, H].
+func (m *Model) attentionBlock(l *Layer, x []float32, T int, obs Observer, see func(Point, []float32, int)) (key, value []float32) {
+	c := m.Cfg
+	H, QD, KVD, NH := c.HiddenSize, c.QDim(), c.KVDim(), c.NumHeads
 	W := QD + 2*KVD
 	see(HiddenIn, x, H)
 	h := m.scratch("h", T*H)
@@ -36,18 +43,18 @@ func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, valu
 	gate := m.scratch("gate", T*NH)
 	kernels.MatMulNT(gate, h, l.G, T, NH, H)
 	if obs != nil {
-		see(Q, columns(qkv, W, 0, QD), QD)
-		see(K, columns(qkv, W, QD, KVD), KVD)
+		see(Q, columnsInto(m.scratch("obs", T*QD), qkv, W, 0, QD), QD)
+		see(K, columnsInto(m.scratch("obs", T*KVD), qkv, W, QD, KVD), KVD)
 	}
-	m.ropeRows(i, qkv, T, 0)
+	m.ropeRows(l.Index, qkv, T, 0)
 	key, value = columns(qkv, W, QD, KVD), columns(qkv, W, QD+KVD, KVD)
 	if obs != nil {
 		see(V, value, KVD)
-		see(QRoPE, columns(qkv, W, 0, QD), QD)
+		see(QRoPE, columnsInto(m.scratch("obs", T*QD), qkv, W, 0, QD), QD)
 		see(KRoPE, key, KVD)
 	}
 	att := m.scratch("att", T*QD)
-	m.attention(i, qkv, T, att, obs)
+	m.attention(l.Index, qkv, T, att, obs)
 	see(Attn, att, QD)
 	see(GateLogits, gate, NH)
 	kernels.Sigmoid(gate)
@@ -59,6 +66,13 @@ func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, valu
 	see(AttnOut, o, H)
 	addInto(x, o)
 	see(HiddenMid, x, H)
+	return key, value
+}
+
+// mlpBlock adds the GEGLU half of layer l to x [T, H].
+func (m *Model) mlpBlock(l *Layer, x []float32, T int, see func(Point, []float32, int)) {
+	H, I := m.Cfg.HiddenSize, m.Cfg.IntermediateSize
+	h := m.scratch("h", T*H)
 	m.rmsNorm(h, x, l.PostNorm)
 	see(MLPNorm, h, H)
 	g, u := m.scratch("g", T*I), m.scratch("u", T*I)
@@ -70,11 +84,11 @@ func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, valu
 	see(MLPUp, u, I)
 	mulInto(g, u)
 	see(MLPAct, g, I)
+	o := m.scratch("o", T*H)
 	kernels.MatMulNT(o, g, l.Down, T, H, I)
 	see(MLPOut, o, H)
 	addInto(x, o)
 	see(HiddenOut, x, H)
-	return key, value, nil
 }
 
 // scratch returns the named work buffer with n values (contents
@@ -91,9 +105,12 @@ func (m *Model) scratch(name string, n int) []float32 {
 
 // columns copies columns [c0, c0+n) of a row-major matrix with w columns.
 func columns(a []float32, w, c0, n int) []float32 {
-	rows := len(a) / w
-	out := make([]float32, rows*n)
-	for r := range rows {
+	return columnsInto(make([]float32, len(a)/w*n), a, w, c0, n)
+}
+
+// columnsInto is columns into out (len(a)/w*n values).
+func columnsInto(out, a []float32, w, c0, n int) []float32 {
+	for r := range len(a) / w {
 		copy(out[r*n:(r+1)*n], a[r*w+c0:r*w+c0+n])
 	}
 	return out
@@ -179,7 +196,8 @@ func (m *Model) attention(i int, qkv []float32, T int, att []float32, obs Observ
 	kg, vg := m.scratch("kg", T*D), m.scratch("vg", T*D)
 	qb, ob := m.scratch("qb", bq*G*D), m.scratch("ob", bq*G*D)
 	s := m.scratch("s", bq*G*min(T, bq+window-1))
-	var ragged []float32
+	ragged := m.bufs["ragged"][:0]
+	defer func() { m.bufs["ragged"] = ragged }()
 	for g := range KV {
 		for t := range T {
 			copy(kg[t*D:(t+1)*D], qkv[t*W+QD+g*D:t*W+QD+(g+1)*D])

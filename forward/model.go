@@ -77,11 +77,18 @@ func New(sm *spark.Model, opt Options) (*Model, error) {
 		return nil, err
 	}
 	m.headRaw, m.headType = raw, ti.DType
+	m.planMemory(opt)
+	return m, nil
+}
+
+// planMemory applies Options: how many layers stay widened, and whether the
+// head is kept whole or widened block by block.
+func (m *Model) planMemory(opt Options) {
+	c := m.Cfg
 	n := opt.CachedLayers
-	all := int64(c.NumLayers) * layerParams(c) * 4
 	if n <= 0 {
 		n = 2
-		if all <= residentBudget {
+		if int64(c.NumLayers)*layerParams(c)*4 <= residentBudget {
 			n = c.NumLayers
 		}
 	}
@@ -90,12 +97,11 @@ func New(sm *spark.Model, opt Options) (*Model, error) {
 	switch {
 	case opt.HeadBlockRows > 0:
 		m.headRows = min(opt.HeadBlockRows, c.VocabSize)
-	case m.layers.cap == c.NumLayers && headBytes <= 512<<20:
+	case !m.streaming() && headBytes <= 512<<20:
 		m.headRows = c.VocabSize
 	default:
 		m.headRows = max(1, min(c.VocabSize, (32<<20)/(4*c.HiddenSize)))
 	}
-	return m, nil
 }
 
 // Close releases the checkpoint.
