@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -226,12 +227,14 @@ type int4Scratch struct {
 	res quant.Int4Result
 }
 
-// bigScratch: code buffers larger than this (the output head) are dropped
-// after use rather than kept for the rest of the job.
-const bigScratch = 64 << 20
-
 // int4Linear is the state of one quantized linear while its parts are
 // written.
+// bigScratch: a code buffer larger than this (the quantized head, 1 byte
+// per weight: 268 MB on the real model) is dropped after use and the memory
+// handed back at once, so that it is not resident (as live data or as
+// garbage not yet collected) while the rest of the model streams through.
+const bigScratch = 64 << 20
+
 type int4Linear struct {
 	j       *Job
 	spec    Int4Spec
@@ -295,6 +298,7 @@ func (l *int4Linear) produce(p Int4Part) ([]byte, error) {
 	defer func() {
 		if cap(r.Codes) > bigScratch {
 			*r = quant.Int4Result{}
+			debug.FreeOSMemory()
 		}
 	}()
 	info, raw, err := l.j.Model.Raw(t.Source)

@@ -198,6 +198,7 @@ func (m *Model) CheckFinite() error {
 		if err := safetensors.CheckFinite(t, raw); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.File(n), err))
 		}
+		m.Release(n) // keep the resident set at one tensor, not the model
 	}
 	return errors.Join(errs...)
 }
