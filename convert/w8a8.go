@@ -64,7 +64,7 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 		}
 		w, scale := j.w8a8Linear(s)
 		tensors = append(tensors, w, scale)
-		src[w.Name] = s.Name
+		src[w.Name], src[scale.Name] = s.Name, s.Name
 	}
 	if err := j.WriteTensors(tensors, src); err != nil {
 		return nil, err
@@ -114,30 +114,17 @@ func (j *Job) w8a8Linear(s spark.TensorSpec) (safetensors.Tensor, safetensors.Te
 			if err != nil {
 				return nil, err
 			}
-			return int8Scales(weightMatrix(raw, info.DType, n, k), scaleDType(info.DType)), nil
+			dt := scaleDType(info.DType)
+			scales, err := quant.Int8Scales(weightMatrix(raw, info.DType, n, k), dt)
+			if err != nil {
+				return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
+			}
+			out := make([]byte, n*dt.Size())
+			dt.PutParams(out, scales)
+			return out, nil
 		},
 	}
 	return weight, scale
-}
-
-// int8Scales computes only the per-row scales (a pass over row maxima),
-// encoded in the weight's dtype.
-func int8Scales(m quant.Matrix, dt quant.ScaleDType) []byte {
-	scales := make([]float32, m.N)
-	row := make([]float32, m.K)
-	for n := range m.N {
-		if m.BF16 != nil {
-			for i, b := range m.BF16[n*m.K : (n+1)*m.K] {
-				row[i] = dtype.BF16ToF32(b)
-			}
-		} else {
-			copy(row, m.F32[n*m.K:(n+1)*m.K])
-		}
-		scales[n] = quant.Int8Absmax(row, dt).Scale
-	}
-	out := make([]byte, m.N*dt.Size())
-	dt.PutParams(out, scales)
-	return out
 }
 
 // weightMatrix views a float tensor's raw little-endian bytes as a quant

@@ -289,3 +289,24 @@ func forRows(m Matrix, fn func(n int, row []float32, amaxBits uint32) (ErrStats,
 	}
 	return total, nil
 }
+
+// Int8Scales returns only the per-row scales QuantizeInt8 would choose (a
+// parallel pass over row maxima), for writers that store the scales apart
+// from the codes.
+func Int8Scales(m Matrix, dt ScaleDType) ([]float32, error) {
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if err := dt.valid(); err != nil {
+		return nil, err
+	}
+	scales := make([]float32, m.N)
+	_, err := forRows(m, func(n int, row []float32, amax uint32) (ErrStats, error) {
+		if err := checkFinite(row, n, amax); err != nil {
+			return ErrStats{}, err
+		}
+		scales[n] = int8FromAmax(math.Float32frombits(amax), dt).Scale
+		return ErrStats{}, nil
+	})
+	return scales, err
+}

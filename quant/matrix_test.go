@@ -2,6 +2,7 @@ package quant
 
 import (
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -212,6 +213,29 @@ func TestResultDequantize(t *testing.T) {
 		r4.Dequantize(deq)
 		if got := Compare(f, deq).SNRdB(); math.Abs(got-r4.Stats.SNRdB()) > 1e-5 {
 			t.Errorf("asym=%v: dequantized SNR %.6f, reported %.6f", asym, got, r4.Stats.SNRdB())
+		}
+	}
+}
+
+func TestInt8ScalesMatchQuantize(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	w := make([]float32, 37*64)
+	for i := range w {
+		w[i] = float32(r.NormFloat64() * 0.02)
+	}
+	w[3*64+5] = 0.9 // an outlier row
+	m := F32Matrix(37, 64, w)
+	var full Int8Result
+	if err := QuantizeInt8(&full, m, ScaleBF16); err != nil {
+		t.Fatal(err)
+	}
+	scales, err := Int8Scales(m, ScaleBF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range scales {
+		if scales[n] != full.Scales[n] {
+			t.Fatalf("row %d: Int8Scales %v, QuantizeInt8 %v", n, scales[n], full.Scales[n])
 		}
 	}
 }

@@ -1,9 +1,13 @@
 package safetensors
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -81,30 +85,73 @@ func (f *File) Float32(name string) (TensorInfo, []float32, error) {
 }
 
 // CheckFinite reports the first NaN or Inf in a float tensor, naming it.
+// 16-bit types are scanned four values per 64-bit word on every core.
 func CheckFinite(t TensorInfo, raw []byte) error {
 	n := int(t.NumElements())
 	switch t.DType {
 	case dtype.BF16, dtype.F16:
-		expMask := uint16(0x7f80)
+		exp := uint16(0x7f80)
 		if t.DType == dtype.F16 {
-			expMask = 0x7c00
+			exp = 0x7c00
 		}
-		for i := range n {
-			v := uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
-			if v&expMask == expMask {
-				return nonFinite(t, i, v&^0x8000 == expMask)
-			}
+		if i := firstAllOnes16(raw[:2*n], exp); i >= 0 {
+			v := binary.LittleEndian.Uint16(raw[2*i:])
+			return nonFinite(t, i, v&^0x8000 == exp)
 		}
 	case dtype.F32:
 		for i := range n {
-			v := uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24
-			f := math.Float32frombits(v)
+			f := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
 				return nonFinite(t, i, !math.IsNaN(float64(f)))
 			}
 		}
 	}
 	return nil
+}
+
+// firstAllOnes16 returns the index of the first 16-bit little-endian value
+// whose bits under exp are all set (NaN or Inf), or -1.
+func firstAllOnes16(raw []byte, exp uint16) int {
+	const chunk = 1 << 22 // bytes per task, a multiple of 8
+	tasks := (len(raw) + chunk - 1) / chunk
+	found := make([]int, tasks)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), tasks) {
+		wg.Go(func() {
+			for c := int(next.Add(1) - 1); c < tasks; c = int(next.Add(1) - 1) {
+				lo := c * chunk
+				found[c] = scanAllOnes16(raw[lo:min(lo+chunk, len(raw))], exp)
+				if found[c] >= 0 {
+					found[c] += lo / 2
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, i := range found {
+		if i >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+func scanAllOnes16(raw []byte, exp uint16) int {
+	mask := uint64(exp) * 0x0001000100010001
+	i := 0
+	for ; i+8 <= len(raw); i += 8 {
+		y := binary.LittleEndian.Uint64(raw[i:])&mask ^ mask // a lane is 0 where all exp bits are set
+		if (y-0x0001000100010001)&^y&0x8000800080008000 != 0 {
+			break
+		}
+	}
+	for ; i+2 <= len(raw); i += 2 {
+		if binary.LittleEndian.Uint16(raw[i:])&exp == exp {
+			return i / 2
+		}
+	}
+	return -1
 }
 
 func nonFinite(t TensorInfo, i int, inf bool) error {
