@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -78,7 +79,7 @@ func (f *File) Float32(name string) (TensorInfo, []float32, error) {
 		return t, nil, err
 	}
 	out := make([]float32, t.NumElements())
-	if err := dtype.ToFloat32(out, raw, t.DType); err != nil {
+	if err := toFloat32Parallel(out, raw, t.DType); err != nil {
 		return t, nil, fmt.Errorf("%s: tensor %q: %w", f.Path, name, err)
 	}
 	return t, out, nil
@@ -187,4 +188,28 @@ func (f *File) Release(name string) {
 		return
 	}
 	_ = unix.Madvise(f.data[lo:hi], unix.MADV_DONTNEED)
+}
+
+// toFloat32Parallel decodes raw into dst on every core, in chunks of 1M
+// values.
+func toFloat32Parallel(dst []float32, raw []byte, d dtype.DType) error {
+	const chunk = 1 << 20
+	es := d.Size()
+	if es == 0 || len(dst) <= chunk {
+		return dtype.ToFloat32(dst, raw, d)
+	}
+	tasks := (len(dst) + chunk - 1) / chunk
+	errs := make([]error, tasks)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), tasks) {
+		wg.Go(func() {
+			for c := int(next.Add(1) - 1); c < tasks; c = int(next.Add(1) - 1) {
+				lo, hi := c*chunk, min((c+1)*chunk, len(dst))
+				errs[c] = dtype.ToFloat32(dst[lo:hi], raw[lo*es:hi*es], d)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
