@@ -16,7 +16,7 @@ import (
 	"sparkconv/tokenizer"
 )
 
-const corpus = "../../shared/corpus/calib.txt"
+const corpus = "../fixtures/corpus/calib.txt"
 
 var (
 	tinyOnce sync.Once

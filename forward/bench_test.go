@@ -212,7 +212,7 @@ func BenchmarkDecodeLayer(b *testing.B) {
 }
 
 func ExampleModel_DecodeLayer() {
-	m, err := Open("../../shared/golden/spark-mini-tied", Options{})
+	m, err := Open("../testdata/golden/spark-mini-tied", Options{})
 	if err != nil {
 		panic(err)
 	}

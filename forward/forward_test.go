@@ -16,7 +16,7 @@ import (
 	"sparkconv/safetensors"
 )
 
-const goldenDir = "../../shared/golden/"
+const goldenDir = "../testdata/golden/"
 
 var goldens = []string{"spark-mini-tied", "spark-mini-untied"}
 

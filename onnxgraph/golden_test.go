@@ -15,7 +15,7 @@ import (
 	"sparkconv/spark"
 )
 
-const goldenDir = "../../shared/golden"
+const goldenDir = "../testdata/golden"
 
 // golden holds a golden set's expected tensors.
 type golden struct {

@@ -17,7 +17,7 @@ import (
 // nothing, and EncodeModel reproduces each file byte for byte (onnxgraph's
 // streaming serializer claims protobuf's deterministic encoding too).
 func TestLintRealExports(t *testing.T) {
-	dir := "/work/shared/golden/spark-mini-tied"
+	dir := "../testdata/golden/spark-mini-tied"
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
 		t.Skipf("golden model absent: %v", err)
 	}

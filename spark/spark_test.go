@@ -10,7 +10,7 @@ import (
 	"sparkconv/safetensors"
 )
 
-const goldenDir = "../../shared/golden/"
+const goldenDir = "../testdata/golden/"
 
 func TestOpenGolden(t *testing.T) {
 	for _, tc := range []struct {

@@ -14,27 +14,11 @@ import (
 // goldenNames are the reference tokenizers under shared/tokenizers.
 var goldenNames = []string{"qwen3", "llama3", "deepseek_v3", "llama2"}
 
-// sharedDir finds the project's shared data: $SPARKCONV_SHARED, a shared/
-// folder above the package, or /work/shared.
+// sharedDir is the project's copy of the shared ground truth (the
+// reference tokenizers and their golden ids), checked in under testdata/.
 func sharedDir(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv("SPARKCONV_SHARED"); d != "" {
-		return d
-	}
-	dir, _ := filepath.Abs(".")
-	for ; ; dir = filepath.Dir(dir) {
-		if st, err := os.Stat(filepath.Join(dir, "shared", "tokenizers")); err == nil && st.IsDir() {
-			return filepath.Join(dir, "shared")
-		}
-		if filepath.Dir(dir) == dir {
-			break
-		}
-	}
-	if _, err := os.Stat("/work/shared/tokenizers"); err == nil {
-		return "/work/shared"
-	}
-	t.Skip("shared/tokenizers not found (set SPARKCONV_SHARED)")
-	return ""
+	return filepath.Join("..", "testdata")
 }
 
 var (

@@ -12,7 +12,7 @@ import (
 	"sparkconv/qnn"
 )
 
-const goldenTied = "../../../shared/golden/spark-mini-tied"
+const goldenTied = "../../testdata/golden/spark-mini-tied"
 
 // requireORT skips a test that runs ONNX Runtime when the library is
 // missing, unless $SPARKCONV_REQUIRE_ORT is set (CI), where it fails.

@@ -31,7 +31,7 @@ shared/golden/*/expected.safetensors under the same names: input_ids, logits
 [T,V], hidden_in.{i} [T,H], key.{i} and value.{i} [T,KV,D] (keys after RoPE),
 hidden_out and final_norm [T,H]. An existing dump file is replaced.`,
 		Example: `  sparkconv forward --model /tmp/spark-tiny --text "The weather in Paris is"
-  sparkconv forward --model shared/golden/spark-mini-tied --ids 493,113,443 --dump /tmp/out.safetensors --json`,
+  sparkconv forward --model testdata/golden/spark-mini-tied --ids 493,113,443 --dump /tmp/out.safetensors --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" {

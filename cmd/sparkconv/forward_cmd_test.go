@@ -13,7 +13,7 @@ import (
 	"sparkconv/safetensors"
 )
 
-const fwdGoldenTied = "../../../shared/golden/spark-mini-tied"
+const fwdGoldenTied = "../../testdata/golden/spark-mini-tied"
 
 func TestParseTokenIDs(t *testing.T) {
 	tests := []struct {
