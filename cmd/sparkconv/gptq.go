@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"sparkconv/gptq"
@@ -44,13 +42,7 @@ a group size that divides K; nothing is written for a model it cannot load.`,
 			if err != nil {
 				return err
 			}
-			if !o.QuantHead {
-				headNote(cmd)
-			}
-			if w, ok := r.Settings["warning"]; ok {
-				fmt.Fprintln(cmd.ErrOrStderr(), "sparkconv: warning:", w)
-			}
-			return print4bit(cmd, r, opt.Out)
+			return finish4bit(cmd, r, o.QuantHead, opt.Out)
 		},
 	}
 	cf.register(cmd)

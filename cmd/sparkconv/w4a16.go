@@ -44,10 +44,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 			if err != nil {
 				return err
 			}
-			if !o.QuantHead {
-				headNote(cmd)
-			}
-			return print4bit(cmd, r, opt.Out)
+			return finish4bit(cmd, r, o.QuantHead, opt.Out)
 		},
 	}
 	cf.register(cmd)
@@ -67,8 +64,15 @@ func headNote(cmd *cobra.Command) {
   --quant-head to quantize it (the embedding stays bf16 for the lookup).`)
 }
 
-// print4bit prints the summary line plus the SNR the search gained.
-func print4bit(cmd *cobra.Command, r *convert.Report, out string) error {
+// finish4bit prints the head note (without --quant-head), any warning the
+// writer recorded, and the summary line plus the SNR the search gained.
+func finish4bit(cmd *cobra.Command, r *convert.Report, quantHead bool, out string) error {
+	if !quantHead {
+		headNote(cmd)
+	}
+	if w, ok := r.Settings["warning"]; ok {
+		fmt.Fprintln(cmd.ErrOrStderr(), "sparkconv: warning:", w)
+	}
 	if err := printReport(cmd, r, out); err != nil || jsonOut {
 		return err
 	}
