@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"sparkconv/dtype"
@@ -369,7 +370,7 @@ func toORT(vi ValueInfo, t Tensor) (ort.Value, error) {
 	if t.DType != vi.DType {
 		return nil, fmt.Errorf("fed %s, model wants %s", t.DType, vi.DType)
 	}
-	if !equalShape(t.Shape, vi.Shape) {
+	if !slices.Equal(t.Shape, vi.Shape) {
 		return nil, fmt.Errorf("fed shape %v, model wants %v", t.Shape, vi.Shape)
 	}
 	n := numel(t.Shape)
@@ -401,16 +402,4 @@ func static(shape []int64) bool {
 		}
 	}
 	return shape != nil
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

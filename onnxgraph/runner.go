@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 )
 
 // RunnerOptions tune a Runner.
@@ -178,7 +179,7 @@ func compareIO(what string, want []TensorSpec, got []ValueInfo) []string {
 	var bad []string
 	for i, w := range want {
 		g := got[i]
-		if w.Name != g.Name || w.DType != g.DType.String() || !equalShape(w.Shape, g.Shape) {
+		if w.Name != g.Name || w.DType != g.DType.String() || !slices.Equal(w.Shape, g.Shape) {
 			bad = append(bad, fmt.Sprintf("%s[%d]: manifest %s %s %v, graph %s %s %v", what, i, w.Name, w.DType, w.Shape, g.Name, g.DType, g.Shape))
 		}
 	}

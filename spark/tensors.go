@@ -3,6 +3,7 @@ package spark
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -123,7 +124,7 @@ func (c *Config) CheckTensors(ck *safetensors.Checkpoint) error {
 			problems = append(problems, fmt.Sprintf("missing tensor %s, expected shape %v", s.Name, s.Shape))
 			continue
 		}
-		if !equalShape(t.Shape, s.Shape) {
+		if !slices.Equal(t.Shape, s.Shape) {
 			problems = append(problems, fmt.Sprintf("tensor %s has shape %v, expected %v%s", s.Name, t.Shape, s.Shape, c.shapeNote(s)))
 		}
 		if !t.DType.IsFloat() {
@@ -148,18 +149,6 @@ func (c *Config) CheckTensors(ck *safetensors.Checkpoint) error {
 		return nil
 	}
 	return fmt.Errorf("%s: checkpoint does not match config.json (%d problems):\n  %s", ck.Dir, len(problems), strings.Join(problems, "\n  "))
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Model is an opened, validated Spark checkpoint folder.
