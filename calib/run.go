@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime/debug"
-	"slices"
 
 	"sparkconv/forward"
 	"sparkconv/progress"
@@ -249,22 +247,13 @@ func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Sum
 	return s
 }
 
-// writeTensors writes one safetensors file dir/name through the streaming
-// checkpoint writer (which names its single file model.safetensors).
+// writeTensors writes one safetensors file dir/name.
 func writeTensors(dir, name string, ts []safetensors.Tensor) error {
-	tmp, err := os.MkdirTemp(dir, ".write-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	files, err := safetensors.WriteCheckpoint(tmp, ts, safetensors.WriteOptions{Metadata: map[string]string{"format": Format}})
-	if err != nil {
+	opt := safetensors.WriteOptions{Metadata: map[string]string{"format": Format}}
+	if err := safetensors.WriteFile(filepath.Join(dir, name), ts, opt, false); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if !slices.Equal(files, []string{safetensors.SingleFile}) {
-		return fmt.Errorf("%s: writer produced %v, want one file", name, files)
-	}
-	return os.Rename(filepath.Join(tmp, safetensors.SingleFile), filepath.Join(dir, name))
+	return nil
 }
 
 // WriteText prints the human summary: the real ranges per layer.

@@ -235,3 +235,30 @@ func TestFirstAllOnes16(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.safetensors")
+	one := []Tensor{{Name: "a", DType: dtype.F32, Shape: []int64{1}, Produce: func() ([]byte, error) { return []byte{0, 0, 128, 63}, nil }}}
+	if err := WriteFile(p, one, WriteOptions{}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(p, one, WriteOptions{}, false); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("second write without force: %v", err)
+	}
+	failing := []Tensor{{Name: "b", DType: dtype.F32, Shape: []int64{1}, Produce: func() ([]byte, error) { return nil, os.ErrInvalid }}}
+	if err := WriteFile(p, failing, WriteOptions{}, true); err == nil || !strings.Contains(err.Error(), `tensor "b"`) {
+		t.Errorf("failing tensor: %v", err)
+	}
+	f, err := OpenFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, v, err := f.Float32("a"); err != nil || v[0] != 1 {
+		t.Errorf("the earlier file was damaged: %v %v", v, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("left behind: %v", entries)
+	}
+}

@@ -244,3 +244,28 @@ func WriteFileSync(path string, data []byte) error {
 	}
 	return f.Close()
 }
+
+// WriteFile writes tensors as one safetensors file at path, atomically: a
+// temporary file beside it is written, fsynced and renamed into place. An
+// existing path is replaced only when force is set.
+func WriteFile(path string, tensors []Tensor, opt WriteOptions, force bool) error {
+	if _, err := os.Lstat(path); err == nil && !force {
+		return fmt.Errorf("%s already exists (use --force to replace it)", path)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	tmp.Close()
+	os.Remove(name) // writeFile creates it exclusively
+	if err := writeFile(name, tensors, opt); err != nil {
+		os.Remove(name)
+		return err
+	}
+	if err := os.Rename(name, path); err != nil {
+		os.Remove(name)
+		return err
+	}
+	return nil
+}

@@ -19,6 +19,7 @@ import (
 
 func init() {
 	var model, text, ids, dump string
+	var force bool
 	var topK int
 	cmd := &cobra.Command{
 		Use:   "forward --model DIR (--text S | --ids 1,2,3) [--top-k 5] [--dump FILE.safetensors]",
@@ -29,7 +30,8 @@ encoded with the model folder's tokenizer.json (with its special tokens);
 --ids gives the ids directly. --dump writes, for every position, the tensors of
 shared/golden/*/expected.safetensors under the same names: input_ids, logits
 [T,V], hidden_in.{i} [T,H], key.{i} and value.{i} [T,KV,D] (keys after RoPE),
-hidden_out and final_norm [T,H]. An existing dump file is replaced.`,
+hidden_out and final_norm [T,H]. An existing dump file is replaced only with
+--force.`,
 		Example: `  sparkconv forward --model /tmp/spark-tiny --text "The weather in Paris is"
   sparkconv forward --model testdata/golden/spark-mini-tied --ids 493,113,443 --dump /tmp/out.safetensors --json`,
 		Args: cobra.NoArgs,
@@ -43,7 +45,7 @@ hidden_out and final_norm [T,H]. An existing dump file is replaced.`,
 			if topK < 1 {
 				return usagef("--top-k must be >= 1")
 			}
-			return runForward(cmd, model, text, ids, dump, topK)
+			return runForward(cmd, model, text, ids, dump, topK, force)
 		},
 	}
 	f := cmd.Flags()
@@ -52,6 +54,7 @@ hidden_out and final_norm [T,H]. An existing dump file is replaced.`,
 	f.StringVar(&ids, "ids", "", "input token ids, comma-separated")
 	f.IntVar(&topK, "top-k", 5, "how many next-token candidates to print")
 	f.StringVar(&dump, "dump", "", "write every position's tensors to this .safetensors file")
+	f.BoolVar(&force, "force", false, "replace an existing --dump file")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -62,8 +65,11 @@ type forwardTopEntry struct {
 	Token *string `json:"token,omitempty"`
 }
 
-func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK int) error {
+func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK int, force bool) error {
 	start := time.Now()
+	if _, err := os.Lstat(dump); dump != "" && err == nil && !force {
+		return fmt.Errorf("--dump %s already exists (use --force to replace it)", dump)
+	}
 	tok, err := loadModelTokenizer(modelDir, text != "")
 	if err != nil {
 		return err
@@ -95,7 +101,8 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 	V := m.Cfg.VocabSize
 	top := forwardTopK(r.Logits[len(r.Logits)-V:], topK, tok)
 	if dump != "" {
-		if err := writeForwardDump(dump, r.Tensors(m, input)); err != nil {
+		meta := safetensors.WriteOptions{Metadata: map[string]string{"producer": "sparkconv forward"}}
+		if err := safetensors.WriteFile(dump, r.Tensors(m, input), meta, force); err != nil {
 			return err
 		}
 	}
@@ -172,18 +179,4 @@ func forwardTopK(row []float32, k int, tok *tokenizer.Tokenizer) []forwardTopEnt
 		out = append(out, e)
 	}
 	return out
-}
-
-// writeForwardDump writes one safetensors file atomically: built in a temporary
-// folder beside it, then renamed over path.
-func writeForwardDump(path string, ts []safetensors.Tensor) error {
-	tmp, err := os.MkdirTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return fmt.Errorf("--dump: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if _, err := safetensors.WriteCheckpoint(tmp, ts, safetensors.WriteOptions{Metadata: map[string]string{"producer": "sparkconv forward"}}); err != nil {
-		return fmt.Errorf("--dump %s: %w", path, err)
-	}
-	return os.Rename(filepath.Join(tmp, safetensors.SingleFile), path)
 }

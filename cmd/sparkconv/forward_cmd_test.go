@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -157,5 +158,21 @@ func TestForwardErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+func TestForwardDumpNoOverwrite(t *testing.T) {
+	dump := filepath.Join(t.TempDir(), "d.safetensors")
+	mustRun(t, "forward", "--model", fwdGoldenTied, "--ids", "1,2,3", "--dump", dump)
+	before, _ := os.ReadFile(dump)
+	if _, errOut, code := run(t, "forward", "--model", fwdGoldenTied, "--ids", "4,5", "--dump", dump); code != 1 || !strings.Contains(errOut, "already exists") {
+		t.Errorf("second dump: exit %d %s", code, errOut)
+	}
+	if after, _ := os.ReadFile(dump); string(after) != string(before) {
+		t.Error("existing dump changed without --force")
+	}
+	mustRun(t, "forward", "--model", fwdGoldenTied, "--ids", "4,5", "--dump", dump, "--force")
+	if entries, _ := os.ReadDir(filepath.Dir(dump)); len(entries) != 1 {
+		t.Errorf("left beside the dump: %v", entries)
 	}
 }
