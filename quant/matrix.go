@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -291,8 +292,8 @@ func forRows(m Matrix, fn func(n int, row []float32, amaxBits uint32) (ErrStats,
 }
 
 // Int8Scales returns only the per-row scales QuantizeInt8 would choose (a
-// parallel pass over row maxima), for writers that store the scales apart
-// from the codes.
+// parallel pass over row maxima, on the bf16 bits directly when the matrix
+// is bf16), for writers that store the scales apart from the codes.
 func Int8Scales(m Matrix, dt ScaleDType) ([]float32, error) {
 	if err := m.check(); err != nil {
 		return nil, err
@@ -301,12 +302,41 @@ func Int8Scales(m Matrix, dt ScaleDType) ([]float32, error) {
 		return nil, err
 	}
 	scales := make([]float32, m.N)
-	_, err := forRows(m, func(n int, row []float32, amax uint32) (ErrStats, error) {
-		if err := checkFinite(row, n, amax); err != nil {
-			return ErrStats{}, err
+	if m.BF16 == nil {
+		_, err := forRows(m, func(n int, row []float32, amax uint32) (ErrStats, error) {
+			if err := checkFinite(row, n, amax); err != nil {
+				return ErrStats{}, err
+			}
+			scales[n] = int8FromAmax(math.Float32frombits(amax), dt).Scale
+			return ErrStats{}, nil
+		})
+		return scales, err
+	}
+	errs := make([]error, m.N)
+	parallelRows(m.N, func(n int) {
+		var a uint16
+		for _, b := range m.BF16[n*m.K : (n+1)*m.K] {
+			a = max(a, b&0x7fff)
 		}
-		scales[n] = int8FromAmax(math.Float32frombits(amax), dt).Scale
-		return ErrStats{}, nil
+		if a >= 0x7f80 {
+			errs[n] = fmt.Errorf("quant: row %d holds NaN or Inf; cannot quantize non-finite values", n)
+			return
+		}
+		scales[n] = int8FromAmax(bf16ToF32(a), dt).Scale
 	})
-	return scales, err
+	return scales, errors.Join(errs...)
+}
+
+// parallelRows calls fn for every row in [0, n) on GOMAXPROCS goroutines.
+func parallelRows(n int, fn func(row int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for r := int(next.Add(1) - 1); r < n; r = int(next.Add(1) - 1) {
+				fn(r)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -239,3 +239,24 @@ func TestInt8ScalesMatchQuantize(t *testing.T) {
 		}
 	}
 }
+
+func TestInt8ScalesBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	bits := make([]uint16, 33*48)
+	for i := range bits {
+		bits[i] = f32ToBF16(float32(r.NormFloat64() * 0.02))
+	}
+	m := BF16Matrix(33, 48, bits)
+	var full Int8Result
+	if err := QuantizeInt8(&full, m, ScaleBF16); err != nil {
+		t.Fatal(err)
+	}
+	scales, err := Int8Scales(m, ScaleBF16)
+	if err != nil || !slices.Equal(scales, full.Scales) {
+		t.Fatalf("bf16 Int8Scales %v (%v), QuantizeInt8 %v", scales[:3], err, full.Scales[:3])
+	}
+	bits[5*48+7] = 0xffc0 // NaN
+	if _, err := Int8Scales(m, ScaleBF16); err == nil || !strings.Contains(err.Error(), "row 5") {
+		t.Errorf("NaN row: %v", err)
+	}
+}
