@@ -158,37 +158,36 @@ func QuantizeInt8(dst *Int8Result, m Matrix, dt ScaleDType) error {
 // consecutive k, scales rounded to dt: Sym4Search when search is set,
 // Sym4Absmax otherwise.
 func QuantizeSym4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search bool) error {
-	if err := prepInt4(dst, m, group, dt, false); err != nil {
-		return err
+	choose := Sym4Absmax
+	if search {
+		choose = Sym4Search
 	}
-	gpr := m.K / group
-	st, err := forRows(m, func(n int, row []float32, amaxBits uint32) (ErrStats, error) {
-		if err := checkFinite(row, n, amaxBits); err != nil {
-			return ErrStats{}, err
-		}
-		var rs ErrStats
-		for g := 0; g < gpr; g++ {
-			w := row[g*group : (g+1)*group]
-			var p Sym4
-			if search {
-				p = Sym4Search(w, dt)
-			} else {
-				p = Sym4Absmax(w, dt)
-			}
-			dst.Scales[n*gpr+g] = p.Scale
-			rs.Merge(p.Quantize(dst.Codes[n*m.K+g*group:], w))
-		}
-		return rs, nil
+	return quantizeGroups(dst, m, group, dt, false, func(i int, w []float32, codes []uint8) ErrStats {
+		p := choose(w, dt)
+		dst.Scales[i] = p.Scale
+		return p.Quantize(codes, w)
 	})
-	dst.Stats = st
-	return err
 }
 
 // QuantizeAsym4 quantizes m on tinygemm's asymmetric 4-bit grid in groups
 // of group consecutive k, scale and zero rounded to dt: Asym4Search when
 // search is set, Asym4MinMax otherwise.
 func QuantizeAsym4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search bool) error {
-	if err := prepInt4(dst, m, group, dt, true); err != nil {
+	choose := Asym4MinMax
+	if search {
+		choose = Asym4Search
+	}
+	return quantizeGroups(dst, m, group, dt, true, func(i int, w []float32, codes []uint8) ErrStats {
+		p := choose(w, dt)
+		dst.Scales[i], dst.Zeros[i] = p.Scale, p.Zero
+		return p.Quantize(codes, w)
+	})
+}
+
+// quantizeGroups runs quantGroup over every group of every row (rows in
+// parallel); i is the group's index in the [N, K/group] parameter arrays.
+func quantizeGroups(dst *Int4Result, m Matrix, group int, dt ScaleDType, zeros bool, quantGroup func(i int, w []float32, codes []uint8) ErrStats) error {
+	if err := prepInt4(dst, m, group, dt, zeros); err != nil {
 		return err
 	}
 	gpr := m.K / group
@@ -198,15 +197,7 @@ func QuantizeAsym4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search b
 		}
 		var rs ErrStats
 		for g := 0; g < gpr; g++ {
-			w := row[g*group : (g+1)*group]
-			var p Asym4
-			if search {
-				p = Asym4Search(w, dt)
-			} else {
-				p = Asym4MinMax(w, dt)
-			}
-			dst.Scales[n*gpr+g], dst.Zeros[n*gpr+g] = p.Scale, p.Zero
-			rs.Merge(p.Quantize(dst.Codes[n*m.K+g*group:], w))
+			rs.Merge(quantGroup(n*gpr+g, row[g*group:(g+1)*group], dst.Codes[n*m.K+g*group:]))
 		}
 		return rs, nil
 	})
