@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"sort"
 
 	"sparkconv/forward"
@@ -108,13 +109,24 @@ func (a *acc) metric() Metric {
 // verifier holds the teacher-forced state: the reference's hidden states
 // and caches are the truth; each ORT graph gets exactly the reference's
 // inputs (caches with garbage behind the mask) so errors do not compound.
+// Beside it runs the chained state: ORT on its own outputs the whole way.
+//
+// Verification is graph-major: one graph's session is open at a time and
+// runs every step before the next graph opens, so memory holds one graph's
+// weights (and the reference one layer's), not the whole export.
 type verifier struct {
 	ref    *forward.Model
-	run    *Runner
-	chain  *Runner
+	man    *Manifest
+	dir    string
+	sopt   SessionOptions
 	dt     DType
+	ids    []int
+	refH   [][]float32 // per step: the reference residual entering the next graph
+	chainH [][]float32 // per step: ORT's own residual
 	caches map[int]*forward.LayerCache
+	chain  map[int]*CacheState
 	accs   map[string]map[string]*acc // file -> output -> errors
+	chainL acc
 	report *VerifyReport
 }
 
@@ -128,63 +140,52 @@ func Verify(ref *forward.Model, dir string, o VerifyOptions) (*VerifyReport, err
 	if o.ValueGarbage == 0 {
 		o.ValueGarbage = 1000
 	}
+	man, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	dt, err := ParseDType(man.DType)
+	if err != nil {
+		return nil, err
+	}
 	if o.Optimize == "" {
 		o.Optimize = "all"
-		if man, err := ReadManifest(dir); err == nil && man.DType == Float16.String() {
+		if dt == Float16 {
 			o.Optimize = "extended"
 		}
 	}
-	ropt := RunnerOptions{SessionOptions: SessionOptions{Threads: o.Threads, Optimize: o.Optimize}, KeyGarbage: o.KeyGarbage, ValueGarbage: o.ValueGarbage, Seed: o.Seed}
-	run, err := OpenRunner(dir, ropt)
-	if err != nil {
-		return nil, err
-	}
-	defer run.Close()
-	if err := checkAgainstConfig(run.Manifest, ref); err != nil {
+	if err := checkAgainstConfig(man, ref); err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	fileErrs, err := run.CheckFiles()
-	if err != nil {
-		return nil, err
-	}
-	chain := run.Clone() // ORT on its own outputs, same sessions
-	man := run.Manifest
 	c := ref.Cfg
 	steps := o.Steps
 	if steps <= 0 {
 		steps = c.SlidingWindow + 8
 	}
 	steps = min(steps, man.Context-1)
-	v := &verifier{ref: ref, run: run, chain: chain, dt: run.dt, caches: map[int]*forward.LayerCache{}, accs: map[string]map[string]*acc{}}
+	v := &verifier{ref: ref, man: man, dir: dir, dt: dt, caches: map[int]*forward.LayerCache{}, chain: map[int]*CacheState{}, accs: map[string]map[string]*acc{},
+		sopt: SessionOptions{Threads: o.Threads, Optimize: o.Optimize}}
 	v.report = &VerifyReport{Export: dir, ORTOptimize: o.Optimize, DType: man.DType, ORTVersion: ORTVersion(), Steps: steps, BarDB: BarFloat32}
-	if v.dt == Float16 {
+	if dt == Float16 {
 		v.report.BarDB = BarFloat16
 	}
+	if err := v.initCaches(RunnerOptions{KeyGarbage: o.KeyGarbage, ValueGarbage: o.ValueGarbage, Seed: o.Seed}); err != nil {
+		return nil, err
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x70c3))
-	for i, st := range run.states {
-		lay := forward.Ring
-		if st.Info.Layout == LayoutRoll {
-			lay = forward.Roll
-		}
-		lc := forward.NewLayerCache(lay, st.KV, st.D, st.Info.CacheSlots)
-		copy(lc.Key, st.Key) // the same garbage the runner starts with
-		copy(lc.Value, st.Value)
-		v.caches[i] = lc
+	v.ids = make([]int, steps)
+	for p := range v.ids {
+		v.ids[p] = rng.IntN(c.VocabSize)
 	}
-	chainLogits := &acc{}
-	for p := range steps {
-		id := rng.IntN(c.VocabSize)
-		refLogits, err := v.step(id, p)
+	var fileErrs []string
+	for _, g := range graphOrder(man) {
+		bad, err := v.runGraph(g)
 		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", p, err)
+			return nil, fmt.Errorf("%s: %w", g.File, err)
 		}
-		tr, err := chain.Step(int64(id), p)
-		if err != nil {
-			return nil, fmt.Errorf("step %d (chained): %w", p, err)
-		}
-		chainLogits.add(refLogits, tr.Logits)
+		fileErrs = append(fileErrs, bad...)
 	}
-	v.report.Chain = chainLogits.metric()
+	v.report.Chain = v.chainL.metric()
 	v.finish()
 	for _, e := range fileErrs {
 		v.report.Pass = false
@@ -215,6 +216,84 @@ func checkAgainstConfig(man *Manifest, ref *forward.Model) error {
 	return nil
 }
 
+// initCaches gives every layer the same garbage-filled starting cache as
+// OpenRunner does (same seed, same order), for the reference and the
+// chained ORT run alike.
+func (v *verifier) initCaches(opt RunnerOptions) error {
+	rng := rand.New(rand.NewPCG(opt.Seed, 0x5eed))
+	for _, g := range v.man.Graphs {
+		if g.Kind != KindLayer && g.Kind != KindBlock {
+			continue
+		}
+		for _, li := range g.LayerInfos() {
+			st, err := newCacheState(&g, li, rng, opt)
+			if err != nil {
+				return err
+			}
+			lay := forward.Ring
+			if li.Layout == LayoutRoll {
+				lay = forward.Roll
+			}
+			lc := forward.NewLayerCache(lay, st.KV, st.D, li.CacheSlots)
+			copy(lc.Key, st.Key)
+			copy(lc.Value, st.Value)
+			v.caches[li.Layer], v.chain[li.Layer] = lc, st
+		}
+	}
+	return nil
+}
+
+// graphOrder is the order a token flows through the graphs: embed, the
+// layer or block graphs by first layer, head.
+func graphOrder(man *Manifest) []GraphEntry {
+	rank := func(g GraphEntry) int {
+		switch g.Kind {
+		case KindEmbed:
+			return -1
+		case KindHead:
+			return 1 << 30
+		}
+		return g.LayerInfos()[0].Layer
+	}
+	gs := append([]GraphEntry(nil), man.Graphs...)
+	sort.SliceStable(gs, func(a, b int) bool { return rank(gs[a]) < rank(gs[b]) })
+	return gs
+}
+
+// runGraph opens one graph, checks its file against the manifest, runs
+// every step through it, and closes it. It returns file mismatches.
+func (v *verifier) runGraph(g GraphEntry) ([]string, error) {
+	var bad []string
+	h, err := HashFile(filepath.Join(v.dir, g.File))
+	if err != nil {
+		return nil, err
+	}
+	if h.SHA256 != g.SHA256 {
+		bad = append(bad, fmt.Sprintf("%s: sha256 %s, manifest says %s", g.File, h.SHA256, g.SHA256))
+	}
+	sess, err := OpenSession(filepath.Join(v.dir, g.File), v.sopt)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	bad = append(bad, compareIO(g.File+" inputs", g.Inputs, sess.Inputs)...)
+	bad = append(bad, compareIO(g.File+" outputs", g.Outputs, sess.Outputs)...)
+	for p := range v.ids {
+		switch g.Kind {
+		case KindEmbed:
+			err = v.embedStep(sess, g, p)
+		case KindHead:
+			err = v.headStep(sess, g, p)
+		default:
+			err = v.layerStep(sess, g, p)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", p, err)
+		}
+	}
+	return bad, nil
+}
+
 func (v *verifier) acc(file, output string) *acc {
 	m := v.accs[file]
 	if m == nil {
@@ -229,67 +308,66 @@ func (v *verifier) acc(file, output string) *acc {
 	return a
 }
 
-// step runs position p through every graph with reference inputs and
-// returns the reference logits.
-func (v *verifier) step(id, p int) ([]float32, error) {
-	m, c := v.ref, v.ref.Cfg
-	man := v.run.Manifest
-	h := make([]float32, c.HiddenSize)
-	if err := m.EmbedRow(h, id); err != nil {
-		return nil, err
+func (v *verifier) hiddenTensor(h []float32) Tensor {
+	return FloatTensor(v.dt, []int64{1, 1, int64(v.ref.Cfg.HiddenSize)}, h)
+}
+
+// embedStep starts step p: the reference embedding row against the graph.
+func (v *verifier) embedStep(sess *Session, g GraphEntry, p int) error {
+	if v.refH == nil {
+		v.refH, v.chainH = make([][]float32, len(v.ids)), make([][]float32, len(v.ids))
 	}
-	var embedFile, headFile string
-	for _, g := range man.Graphs {
-		switch g.Kind {
-		case KindEmbed:
-			embedFile = g.File
-		case KindHead:
-			headFile = g.File
-		}
+	h := make([]float32, v.ref.Cfg.HiddenSize)
+	if err := v.ref.EmbedRow(h, v.ids[p]); err != nil {
+		return err
 	}
-	out, err := v.run.Session(embedFile).Run(map[string]Tensor{"input_ids": I64Tensor([]int64{1, 1}, []int64{int64(id)})})
+	out, err := sess.Run(map[string]Tensor{"input_ids": I64Tensor([]int64{1, 1}, []int64{int64(v.ids[p])})})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", embedFile, err)
+		return err
 	}
-	v.acc(embedFile, "hidden_out").add(h, out["hidden_out"].Floats())
-	for _, g := range man.Graphs {
-		if g.Kind != KindLayer && g.Kind != KindBlock {
-			continue
-		}
-		if h, err = v.layerGraph(g, h, p); err != nil {
-			return nil, fmt.Errorf("%s: %w", g.File, err)
-		}
-	}
-	fn := m.FinalNorm(h)
-	logits, err := m.Logits(fn, 1)
+	got := out["hidden_out"].Floats()
+	v.acc(g.File, "hidden_out").add(h, got)
+	v.refH[p], v.chainH[p] = h, got
+	return nil
+}
+
+// headStep ends step p: reference logits against the graph on the
+// reference's residual (gated) and on ORT's own chain (reported).
+func (v *verifier) headStep(sess *Session, g GraphEntry, p int) error {
+	m := v.ref
+	logits, err := m.Logits(m.FinalNorm(v.refH[p]), 1)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out, err = v.run.Session(headFile).Run(map[string]Tensor{"hidden_in": FloatTensor(v.dt, []int64{1, 1, int64(c.HiddenSize)}, h)})
+	out, err := sess.Run(map[string]Tensor{"hidden_in": v.hiddenTensor(v.refH[p])})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", headFile, err)
+		return err
 	}
 	got := out["logits"].Floats()
-	v.acc(headFile, "logits").add(logits, got)
+	v.acc(g.File, "logits").add(logits, got)
 	if topK(logits, 1)[0] == topK(got, 1)[0] {
 		v.report.Top1Agree++
 	}
 	if sameSet(topK(logits, 5), topK(got, 5)) {
 		v.report.Top5Agree++
 	}
-	return logits, nil
+	out, err = sess.Run(map[string]Tensor{"hidden_in": v.hiddenTensor(v.chainH[p])})
+	if err != nil {
+		return err
+	}
+	v.chainL.add(logits, out["logits"].Floats())
+	return nil
 }
 
-// layerGraph runs one layer or block graph on the reference's inputs,
-// compares its outputs with the reference layers and advances the
-// reference caches. It returns the reference residual after the graph.
-func (v *verifier) layerGraph(g GraphEntry, h []float32, p int) ([]float32, error) {
-	c := v.ref.Cfg
-	mv := float32(v.run.Manifest.MaskValue)
-	feeds := map[string]Tensor{"hidden_in": FloatTensor(v.dt, []int64{1, 1, int64(c.HiddenSize)}, h)}
+// layerStep runs one layer or block graph at step p on the reference's
+// inputs, compares its outputs with the reference layers and advances the
+// reference caches; then runs it on the chained state.
+func (v *verifier) layerStep(sess *Session, g GraphEntry, p int) error {
+	mv := float32(v.man.MaskValue)
+	feeds := map[string]Tensor{"hidden_in": v.hiddenTensor(v.refH[p])}
 	type refOut struct{ k, v []float32 }
 	refs := map[int]refOut{}
-	x := h
+	x := v.refH[p]
 	for _, li := range g.LayerInfos() {
 		lc := v.caches[li.Layer]
 		st := &CacheState{Info: li, KV: lc.KVHeads, D: lc.HeadDim, Key: lc.Key, Value: lc.Value, Written: lc.Filled}
@@ -302,14 +380,14 @@ func (v *verifier) layerGraph(g GraphEntry, h []float32, p int) ([]float32, erro
 		}
 		out, k, val, err := v.ref.DecodeLayer(li.Layer, x, p, lc)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		refs[li.Layer] = refOut{k, val}
 		x = out
 	}
-	got, err := v.run.Session(g.File).Run(feeds)
+	got, err := sess.Run(feeds)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	v.acc(g.File, "hidden_out").add(x, got["hidden_out"].Floats())
 	for _, li := range g.LayerInfos() {
@@ -318,7 +396,7 @@ func (v *verifier) layerGraph(g GraphEntry, h []float32, p int) ([]float32, erro
 		before := &CacheState{Info: li, KV: lc.KVHeads, D: lc.HeadDim, Key: append([]float32(nil), lc.Key...), Value: append([]float32(nil), lc.Value...), Written: make([]bool, li.CacheSlots)}
 		k, val, err := before.Update(got, p, sfx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if li.Layout == LayoutRoll {
 			v.report.ShiftErrors += shiftErrors(lc, got, sfx, v.dt)
@@ -327,7 +405,30 @@ func (v *verifier) layerGraph(g GraphEntry, h []float32, p int) ([]float32, erro
 		v.acc(g.File, "value"+sfx).add(refs[li.Layer].v, val)
 		lc.Update(p, refs[li.Layer].k, refs[li.Layer].v)
 	}
-	return x, nil
+	v.refH[p] = x
+	return v.chainStep(sess, g, p)
+}
+
+// chainStep runs the graph on ORT's own residual and caches.
+func (v *verifier) chainStep(sess *Session, g GraphEntry, p int) error {
+	mv := float32(v.man.MaskValue)
+	feeds := map[string]Tensor{"hidden_in": v.hiddenTensor(v.chainH[p])}
+	for _, li := range g.LayerInfos() {
+		for k, t := range v.chain[li.Layer].Feeds(v.dt, p, mv, LayerSuffix(g.Kind, li.Layer)) {
+			feeds[k] = t
+		}
+	}
+	out, err := sess.Run(feeds)
+	if err != nil {
+		return err
+	}
+	for _, li := range g.LayerInfos() {
+		if _, _, err := v.chain[li.Layer].Update(out, p, LayerSuffix(g.Kind, li.Layer)); err != nil {
+			return err
+		}
+	}
+	v.chainH[p] = out["hidden_out"].Floats()
+	return nil
 }
 
 // shiftErrors counts slots of a roll graph's present_* that are not the
@@ -371,7 +472,7 @@ func (v *verifier) finish() {
 		r.Pass = false
 		r.Failures = append(r.Failures, fmt.Sprintf(format, a...))
 	}
-	for _, g := range v.run.Manifest.Graphs {
+	for _, g := range v.man.Graphs {
 		gr := GraphReport{File: g.File, Kind: g.Kind, Outputs: map[string]Metric{}, SNR: DB(math.Inf(1)), Pass: true}
 		names := make([]string, 0, len(v.accs[g.File]))
 		for n := range v.accs[g.File] {
