@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"sparkconv/dtype"
 	"sparkconv/fixtures"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -157,5 +158,64 @@ func TestW8A8Cancelled(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
 		t.Errorf("left behind: %v", entries)
+	}
+}
+
+// retype rewrites every tensor of the model in dir as dt (F16 or F32).
+func retype(t *testing.T, dir string, dt dtype.DType) {
+	t.Helper()
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, n := range ck.Names() {
+		ti, v, err := ck.Float32(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := dtype.FromFloat32(v, dt)
+		ts = append(ts, safetensors.Tensor{Name: n, DType: dt, Shape: ti.Shape, Produce: func() ([]byte, error) { return data, nil }})
+	}
+	ck.Close()
+	os.Remove(filepath.Join(dir, safetensors.SingleFile))
+	if _, err := safetensors.WriteCheckpoint(dir, ts, safetensors.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestW8A8OtherDTypes converts F16 and F32 checkpoints: scales keep the
+// input dtype and the fidelity is that of the bf16 model.
+func TestW8A8OtherDTypes(t *testing.T) {
+	for _, dt := range []dtype.DType{dtype.F16, dtype.F32} {
+		t.Run(string(dt), func(t *testing.T) {
+			in := tinyModel(t, false)
+			retype(t, in, dt)
+			out := filepath.Join(t.TempDir(), "o")
+			rep, err := W8A8(context.Background(), Options{Model: in, Out: out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ck, err := safetensors.OpenDir(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ck.Close()
+			si, _ := ck.Info(spark.LayerModule(0, spark.OProj) + ".weight_scale")
+			ni, _ := ck.Info(spark.LayerWeight(0, spark.InputNorm))
+			if si.DType != dt || ni.DType != dt {
+				t.Errorf("scale %s, norm %s; want %s", si.DType, ni.DType, dt)
+			}
+			if rep.Totals.MinSNRdB < 20 || rep.Totals.MaxSNRdB > 45 {
+				t.Errorf("SNR %.2f..%.2f dB", rep.Totals.MinSNRdB, rep.Totals.MaxSNRdB)
+			}
+			r4, err := W4A16(context.Background(), W4A16Options{Options: Options{Model: in, Out: filepath.Join(t.TempDir(), "w4")}, Group: 128, Pack: "portable", QuantHead: true})
+			if err != nil {
+				t.Fatalf("w4a16 from %s: %v", dt, err)
+			}
+			if r4.Totals.MeanSNRdB < 14 {
+				t.Errorf("w4a16 from %s: mean SNR %.2f dB", dt, r4.Totals.MeanSNRdB)
+			}
+		})
 	}
 }
