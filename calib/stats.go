@@ -144,7 +144,7 @@ func (a *inputAcc) add(x []float32, rows int) {
 			a.absmax[c0+k] = max(-lo[k], hi[k])
 		}
 	})
-	kernels.SyrkAccumulate(a.hess, x, rows, n)
+	kernels.SyrkAccumulateLower(a.hess, x, rows, n) // mirrored once, when written
 	a.tokens += int64(rows)
 }
 
@@ -179,6 +179,7 @@ func (a *inputAcc) tensors(buf *[]byte) []safetensors.Tensor {
 				*buf = make([]byte, 4*len(a.hess))
 			}
 			b := (*buf)[:4*len(a.hess)]
+			kernels.SymmetrizeLower(a.hess, a.n)
 			for k, v := range a.hess {
 				binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(float32(v)))
 			}
