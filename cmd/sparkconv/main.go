@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -97,9 +98,21 @@ func exitCode(err error) int {
 	}
 }
 
+// interruptGrace is how long a command may take to stop cleanly after
+// SIGINT/SIGTERM (writers check the context between tensors and remove
+// their temporary output) before the process exits anyway.
+const interruptGrace = 5 * time.Second
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal now kills at once
+		time.Sleep(interruptGrace)
+		fmt.Fprintln(os.Stderr, "sparkconv: interrupted")
+		os.Exit(130)
+	}()
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	err := rootCmd.ExecuteContext(ctx)
 	if err != nil {

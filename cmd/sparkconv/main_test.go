@@ -218,3 +218,28 @@ func TestInspect(t *testing.T) {
 		t.Errorf("empty folder: exit %d %s", code, errOut)
 	}
 }
+
+// TestInterruptStopsAnyCommand: a command blocked where it does not look
+// at the context (tokenize waiting on stdin) still exits 130 after SIGINT.
+func TestInterruptStopsAnyCommand(t *testing.T) {
+	cmd := exec.Command(binPath, "tokenize", "--tokenizer", "../../testdata/tokenizers/llama2/tokenizer.json")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("exit after SIGINT: %v", err)
+	}
+	if d := time.Since(start); d > interruptGrace+3*time.Second {
+		t.Errorf("took %v to stop", d)
+	}
+}
