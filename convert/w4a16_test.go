@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"sparkconv/fixtures"
+	"sparkconv/fixtures/fixturestest"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -26,19 +27,8 @@ import (
 // The decoders below are written from formats.md section 3 and the README's
 // cpu_int4 description, not from the packers: they check the files.
 
-// w4Model generates the tiny fixture (seed 1).
-func w4Model(t testing.TB, untied bool) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixtures.Generate(dir, fixtures.Options{Preset: "tiny", Seed: 1, Untied: untied}); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
+// decBF16 decodes little-endian bf16 bytes; written here from the format,
+// not shared with the converter.
 func decBF16(raw []byte) []float64 {
 	out := make([]float64, len(raw)/2)
 	for i := range out {
@@ -142,7 +132,7 @@ func runW4A16(t *testing.T, o W4A16Options) *Report {
 func TestW4A16Decode(t *testing.T) {
 	for _, g := range []int{32, 128, 256} {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
-			in := w4Model(t, false)
+			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "w4")
 			rep := runW4A16(t, W4A16Options{Options: Options{Model: in, Out: out, Version: "test"}, Group: g, QuantHead: true})
 			checkW4A16(t, in, out, rep, g, true)
@@ -233,7 +223,7 @@ func checkW4A16(t *testing.T, in, out string, rep *Report, g int, quantHead bool
 // TestW4A16NoSearch: plain parameters are torchao's tinygemm rule, group by
 // group: scale = bf16(max((max-min)/15, 1e-6)), zero = bf16(min + 8*scale).
 func TestW4A16NoSearch(t *testing.T) {
-	in := w4Model(t, false)
+	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w4")
 	rep := runW4A16(t, W4A16Options{Options: Options{Model: in, Out: out}, Group: 64, NoSearch: true})
 	if qc := readConfig(t, out)["quantization_config"].(map[string]any); qc["meta"].(map[string]any)["method"] != "rtn-minmax" {
@@ -315,7 +305,7 @@ func kernelBytes(codes []uint8, n, k, blockN int) []byte {
 // TestW4A16KernelPacks: --pack avx512/avx2 hold the portable output's codes
 // in the kernel's layout, byte for byte; everything else is identical.
 func TestW4A16KernelPacks(t *testing.T) {
-	in := w4Model(t, false)
+	in := fixturestest.Tiny(t, false)
 	dirs := map[string]string{}
 	for _, p := range W4A16Packs {
 		dirs[p] = filepath.Join(t.TempDir(), p)
@@ -395,7 +385,7 @@ func TestW4A16PackTails(t *testing.T) {
 func writeConfigOnly(t *testing.T, set map[string]any) string {
 	t.Helper()
 	cfg := map[string]any{}
-	base := w4Model(t, false)
+	base := fixturestest.Tiny(t, false)
 	data, _ := os.ReadFile(filepath.Join(base, "config.json"))
 	json.Unmarshal(data, &cfg)
 	for k, v := range set {
@@ -427,7 +417,7 @@ func TestW4A16Refusals(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.o.Model == "" {
-				c.o.Model = w4Model(t, false)
+				c.o.Model = fixturestest.Tiny(t, false)
 			}
 			parent := t.TempDir()
 			c.o.Out = filepath.Join(parent, "out")
@@ -490,7 +480,7 @@ func tensorBytes(t *testing.T, dir string) map[string]string {
 // qweight can be written before or after its scales_and_zeros) the same
 // tensors.
 func TestW4A16Deterministic(t *testing.T) {
-	in := w4Model(t, false)
+	in := fixturestest.Tiny(t, false)
 	a, b, c := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b"), filepath.Join(t.TempDir(), "c")
 	o := W4A16Options{Options: Options{Model: in}, Group: 64, QuantHead: true}
 	o.Out = a
@@ -519,7 +509,7 @@ func TestW4A16Deterministic(t *testing.T) {
 // TestW4A16UntiedHead: an untied model's head is quantized from
 // lm_head.weight with --quant-head and copied without it.
 func TestW4A16UntiedHead(t *testing.T) {
-	in := w4Model(t, true)
+	in := fixturestest.Tiny(t, true)
 	q := filepath.Join(t.TempDir(), "q")
 	rep := runW4A16(t, W4A16Options{Options: Options{Model: in, Out: q}, Group: 128, QuantHead: true})
 	checkW4A16(t, in, q, rep, 128, true)
@@ -589,7 +579,7 @@ func (rechoose) Recode(*quant.Int4Result, quant.Matrix) bool { return false }
 // (uint8) in a file, so a chooser that cannot recode runs twice per linear
 // and the output is unchanged.
 func TestW4A16Rechoose(t *testing.T) {
-	in := w4Model(t, false)
+	in := fixturestest.Tiny(t, false)
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	runW4A16(t, W4A16Options{Options: Options{Model: in, Out: a}, QuantHead: true})
 	c := rechoose{RTN: RTN{Grid: GridAsym4, Search: true}, calls: map[string]int{}}
@@ -655,11 +645,7 @@ func BenchmarkW4A16Linear(b *testing.B) {
 // BenchmarkW4A16Write is the whole command on the small fixture, in MB/s
 // of the input checkpoint's bf16 bytes.
 func BenchmarkW4A16Write(b *testing.B) {
-	in := filepath.Join(b.TempDir(), "model")
-	os.Mkdir(in, 0o755)
-	if err := fixtures.Generate(in, fixtures.Options{Preset: "small", Seed: 1}); err != nil {
-		b.Fatal(err)
-	}
+	in := fixturestest.Preset(b, "small", false)
 	for _, search := range []bool{true, false} {
 		b.Run(fmt.Sprintf("search=%v", search), func(b *testing.B) {
 			bytes := int64(fixtures.Presets["small"].Bytes(true))

@@ -13,35 +13,15 @@ import (
 
 	"sparkconv/dtype"
 	"sparkconv/fixtures"
+	"sparkconv/fixtures/fixturestest"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
 
-// tinyModel generates the tiny fixture once per test binary.
-func tinyModel(t *testing.T, untied bool) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	os.Mkdir(dir, 0o755)
-	if err := fixtures.Generate(dir, fixtures.Options{Preset: "tiny", Seed: 3, Untied: untied}); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// bf16 decodes little-endian bf16 bytes; written here from the format, not
-// shared with the converter.
-func bf16(raw []byte) []float64 {
-	out := make([]float64, len(raw)/2)
-	for i := range out {
-		out[i] = float64(math.Float32frombits(uint32(raw[2*i])<<16 | uint32(raw[2*i+1])<<24))
-	}
-	return out
-}
-
 // TestW8A8Independent decodes the written checkpoint from formats.md
 // section 2 alone and checks it against the input and the report.
 func TestW8A8Independent(t *testing.T) {
-	in := tinyModel(t, false)
+	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w8a8")
 	rep, err := W8A8(context.Background(), Options{Model: in, Out: out, MaxShardSize: 3 << 20})
 	if err != nil {
@@ -109,7 +89,7 @@ func TestW8A8Independent(t *testing.T) {
 		if dst.Has(s.Module() + ".weight_zero_point") {
 			t.Errorf("%s: zero point written for a symmetric scheme", s.Name)
 		}
-		ref, scales := bf16(orig), bf16(sc)
+		ref, scales := decBF16(orig), decBF16(sc)
 		var sig, noise, maxErr float64
 		for r := int64(0); r < n; r++ {
 			peak := 0
@@ -148,7 +128,7 @@ func TestW8A8Independent(t *testing.T) {
 
 // TestW8A8Cancelled stops midway: nothing is left behind.
 func TestW8A8Cancelled(t *testing.T) {
-	in := tinyModel(t, true)
+	in := fixturestest.Tiny(t, true)
 	parent := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -189,7 +169,7 @@ func retype(t *testing.T, dir string, dt dtype.DType) {
 func TestW8A8OtherDTypes(t *testing.T) {
 	for _, dt := range []dtype.DType{dtype.F16, dtype.F32} {
 		t.Run(string(dt), func(t *testing.T) {
-			in := tinyModel(t, false)
+			in := fixturestest.Tiny(t, false)
 			retype(t, in, dt)
 			out := filepath.Join(t.TempDir(), "o")
 			rep, err := W8A8(context.Background(), Options{Model: in, Out: out})

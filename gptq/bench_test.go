@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
 	"sparkconv/convert"
 	"sparkconv/fixtures"
+	"sparkconv/fixtures/fixturestest"
 	"sparkconv/quant"
 )
 
@@ -62,11 +62,7 @@ func BenchmarkGPTQLinear(b *testing.B) {
 // plain baseline for the report, packing, writing), in MB/s of the input
 // checkpoint's bf16 bytes.
 func BenchmarkGPTQWrite(b *testing.B) {
-	in := filepath.Join(b.TempDir(), "model")
-	os.Mkdir(in, 0o755)
-	if err := fixtures.Generate(in, fixtures.Options{Preset: "small", Seed: 1}); err != nil {
-		b.Fatal(err)
-	}
+	in := fixturestest.Preset(b, "small", false)
 	size := fixtures.Presets["small"].Bytes(true)
 	for _, search := range []bool{true, false} {
 		b.Run(fmt.Sprintf("search=%v", search), func(b *testing.B) {

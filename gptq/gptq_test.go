@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"sparkconv/convert"
-	"sparkconv/fixtures"
+	"sparkconv/fixtures/fixturestest"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -23,18 +23,6 @@ import (
 
 // The decoder below is written from formats.md section 1 (GPTQ v1), not
 // from the packers: it checks the files.
-
-func tinyModel(t testing.TB, untied bool) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixtures.Generate(dir, fixtures.Options{Preset: "tiny", Seed: 1, Untied: untied}); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 func decBF16(raw []byte) []float64 {
 	out := make([]float64, len(raw)/2)
@@ -194,7 +182,7 @@ func run(t *testing.T, o Options) *convert.Report {
 func TestGPTQDecode(t *testing.T) {
 	for _, g := range []int{32, 64, 128} {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
-			in := tinyModel(t, false)
+			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "gptq")
 			rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, Group: g, QuantHead: true})
 			checkGPTQ(t, in, out, rep, g, true, false)
@@ -305,7 +293,7 @@ func checkGPTQ(t *testing.T, in, out string, rep *convert.Report, g int, quantHe
 
 // TestGPTQNoSearch: absmax scales; the report's SNR is the plain one.
 func TestGPTQNoSearch(t *testing.T) {
-	in := tinyModel(t, false)
+	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
 	rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, Group: 64, NoSearch: true})
 	checkGPTQ(t, in, out, rep, 64, false, true)
@@ -318,7 +306,7 @@ func TestGPTQNoSearch(t *testing.T) {
 
 // TestGPTQUntiedHead: an untied head is quantized from lm_head.weight.
 func TestGPTQUntiedHead(t *testing.T) {
-	in := tinyModel(t, true)
+	in := fixturestest.Tiny(t, true)
 	out := filepath.Join(t.TempDir(), "gptq")
 	rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, QuantHead: true})
 	checkGPTQ(t, in, out, rep, 128, true, false)
@@ -334,7 +322,7 @@ func TestGPTQUntiedHead(t *testing.T) {
 func writeConfigOnly(t *testing.T, set map[string]any) string {
 	t.Helper()
 	cfg := map[string]any{}
-	data, _ := os.ReadFile(filepath.Join(tinyModel(t, false), "config.json"))
+	data, _ := os.ReadFile(filepath.Join(fixturestest.Tiny(t, false), "config.json"))
 	json.Unmarshal(data, &cfg)
 	for k, v := range set {
 		cfg[k] = v
@@ -370,7 +358,7 @@ func TestGPTQRefusals(t *testing.T) {
 			if c.set != nil {
 				c.o.Model = writeConfigOnly(t, c.set)
 			} else {
-				c.o.Model = tinyModel(t, false)
+				c.o.Model = fixturestest.Tiny(t, false)
 			}
 			parent := t.TempDir()
 			c.o.Out = filepath.Join(parent, "out")
@@ -453,7 +441,7 @@ func (rechoose) Recode(*quant.Int4Result, quant.Matrix) bool { return false }
 // TestGPTQDeterministic: two runs give the same files; a sharded run and a
 // run with a chooser that cannot recode give the same tensors.
 func TestGPTQDeterministic(t *testing.T) {
-	in := tinyModel(t, false)
+	in := fixturestest.Tiny(t, false)
 	dir := t.TempDir()
 	o := Options{Options: convert.Options{Model: in}, Group: 64, QuantHead: true}
 	o.Out = filepath.Join(dir, "a")
