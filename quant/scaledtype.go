@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/x448/float16"
-
 	"sparkconv/dtype"
 )
 
@@ -51,7 +49,7 @@ func (d ScaleDType) Round(x float32) float32 {
 	case ScaleBF16:
 		return bf16ToF32(f32ToBF16(x))
 	case ScaleF16:
-		return float16.Fromfloat32(x).Float32()
+		return dtype.RoundF16(x)
 	}
 	return x
 }
@@ -93,7 +91,7 @@ func (d ScaleDType) PutParams(dst []byte, vals []float32) {
 		}
 	case ScaleF16:
 		for i, v := range vals {
-			binary.LittleEndian.PutUint16(dst[2*i:], float16.Fromfloat32(v).Bits())
+			binary.LittleEndian.PutUint16(dst[2*i:], dtype.F32ToF16(v))
 		}
 	default:
 		for i, v := range vals {
@@ -108,7 +106,7 @@ func (d ScaleDType) Param(src []byte, i int) float32 {
 	case ScaleBF16:
 		return bf16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 	case ScaleF16:
-		return float16.Frombits(binary.LittleEndian.Uint16(src[2*i:])).Float32()
+		return dtype.F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 	}
 	return math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 }
