@@ -2,9 +2,6 @@ package convert
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"sparkconv/fixtures"
@@ -26,16 +22,6 @@ import (
 
 // The decoders below are written from formats.md section 3 and the README's
 // cpu_int4 description, not from the packers: they check the files.
-
-// decBF16 decodes little-endian bf16 bytes; written here from the format,
-// not shared with the converter.
-func decBF16(raw []byte) []float64 {
-	out := make([]float64, len(raw)/2)
-	for i := range out {
-		out[i] = float64(math.Float32frombits(uint32(raw[2*i])<<16 | uint32(raw[2*i+1])<<24))
-	}
-	return out
-}
 
 // w4Linear is one decoded tinygemm linear.
 type w4Linear struct {
@@ -99,19 +85,6 @@ func snrOf(ref []float64, at func(n, k int) float64, n, k int) (snr, maxErr floa
 		}
 	}
 	return 10 * math.Log10(sig/noise), maxErr
-}
-
-func readConfig(t *testing.T, dir string) map[string]any {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }
 
 func runW4A16(t *testing.T, o W4A16Options) *Report {
@@ -379,25 +352,6 @@ func TestW4A16PackTails(t *testing.T) {
 	}
 }
 
-// writeConfigOnly writes a model folder holding only a config.json derived
-// from the tiny fixture's, with keys replaced: the checks run before any
-// tensor is read.
-func writeConfigOnly(t *testing.T, set map[string]any) string {
-	t.Helper()
-	cfg := map[string]any{}
-	base := fixturestest.Tiny(t, false)
-	data, _ := os.ReadFile(filepath.Join(base, "config.json"))
-	json.Unmarshal(data, &cfg)
-	for k, v := range set {
-		cfg[k] = v
-	}
-	dir := filepath.Join(t.TempDir(), "odd")
-	os.Mkdir(dir, 0o755)
-	out, _ := json.Marshal(cfg)
-	os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644)
-	return dir
-}
-
 func TestW4A16Refusals(t *testing.T) {
 	odd := writeConfigOnly(t, map[string]any{"intermediate_size": 776})
 	cases := []struct {
@@ -439,41 +393,6 @@ func TestW4A16Refusals(t *testing.T) {
 			}
 		})
 	}
-}
-
-// treeSums hashes every file of dir except the report.
-func treeSums(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	sums := map[string]string{}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Name() == ReportFile {
-			continue
-		}
-		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-		h := sha256.Sum256(b)
-		sums[e.Name()] = hex.EncodeToString(h[:])
-	}
-	return sums
-}
-
-// tensorBytes reads every tensor of a checkpoint folder.
-func tensorBytes(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	out := map[string]string{}
-	for _, n := range ck.Names() {
-		_, b, _ := ck.Raw(n)
-		out[n] = string(b)
-	}
-	return out
 }
 
 // TestW4A16Deterministic: two runs give the same files; a sharded run (where
@@ -561,20 +480,6 @@ func TestPlainStatsBlocks(t *testing.T) {
 	}
 }
 
-// rechoose is a chooser whose codes cannot be recomputed from the
-// parameters (like a Hessian-based GPTQ): the writer calls Choose again.
-type rechoose struct {
-	RTN
-	calls map[string]int
-}
-
-func (c rechoose) Choose(dst *quant.Int4Result, name string, m quant.Matrix, group int, dt quant.ScaleDType) error {
-	c.calls[name]++
-	return c.RTN.Choose(dst, name, m, group, dt)
-}
-
-func (rechoose) Recode(*quant.Int4Result, quant.Matrix) bool { return false }
-
 // TestW4A16Rechoose: scales_and_zeros (bf16) are written before qweight
 // (uint8) in a file, so a chooser that cannot recode runs twice per linear
 // and the output is unchanged.
@@ -595,25 +500,6 @@ func TestW4A16Rechoose(t *testing.T) {
 	if len(c.calls) != 4*5+1 {
 		t.Errorf("%d linears chosen", len(c.calls))
 	}
-}
-
-// syntheticBF16 returns bf16 bits of an [n, k] matrix like the fixtures'
-// linears: N(0, 0.02) with a few input columns scaled by 10-50.
-func syntheticBF16(n, k int, seed uint64) []uint16 {
-	rng := rand.New(rand.NewPCG(seed, 7))
-	outlier := map[int]float64{}
-	for len(outlier) < max(2, k/512) {
-		outlier[rng.IntN(k)] = 10 + 40*rng.Float64()
-	}
-	w := make([]uint16, n*k)
-	for i := range w {
-		v := rng.NormFloat64() * 0.02
-		if f, ok := outlier[i%k]; ok {
-			v *= f
-		}
-		w[i] = uint16(math.Float32bits(float32(v)) >> 16)
-	}
-	return w
 }
 
 // BenchmarkW4A16Linear is the per-tensor path (choose codes and
@@ -662,14 +548,4 @@ func BenchmarkW4A16Write(b *testing.B) {
 			b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 		})
 	}
-}
-
-// cpuSeconds is this process's user+system CPU time: MB per CPU-second does
-// not depend on how busy the shared machine is.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

@@ -3,12 +3,12 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"sparkconv/gptq"
+	"sparkconv/convert"
 )
 
 func init() {
 	var cf convertFlags
-	var o gptq.Options
+	var o convert.GPTQOptions
 	cmd := &cobra.Command{
 		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--no-search]",
 		Short: "Write a GPTQ-format 4-bit checkpoint (W4A8 on vLLM's CPU int4_scaled_mm_cpu kernel)",
@@ -38,7 +38,7 @@ a group size that divides K; nothing is written for a model it cannot load.`,
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)
 			}
-			r, err := gptq.Write(cmd.Context(), o)
+			r, err := convert.GPTQ(cmd.Context(), o)
 			if err != nil {
 				return err
 			}

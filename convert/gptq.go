@@ -1,68 +1,66 @@
-// Package gptq writes GPTQ-format 4-bit checkpoints (quant_method "gptq",
-// checkpoint_format "gptq", v1 zero convention, sym=true) for vLLM's CPU
-// W4A8 kernel (int4_scaled_mm_cpu, AMX), as outputs.md and formats.md
-// section 1 describe them.
-//
-// What it owns: the refusals of shapes vLLM's CPU path cannot load, the
+package convert
+
+// GPTQ-format 4-bit checkpoints (quant_method "gptq", checkpoint_format
+// "gptq", v1 zero convention, sym=true) for vLLM's CPU W4A8 kernel
+// (int4_scaled_mm_cpu, AMX), as outputs.md and formats.md section 1 describe
+// them: the refusals of shapes vLLM's CPU path cannot load, the
 // quantization_config, the four tensors of each quantized linear (qweight,
 // qzeros, scales, g_idx) and the untied quantized head. The grid (quant.Sym4:
 // w = (q - 8) * scale, zero pinned at 8 because the CPU kernel ignores
 // qzeros) and the packers come from package quant; how codes are chosen is a
-// convert.CodeChooser: round to nearest with a per-group MSE scale search
-// today (Options.Chooser nil), a Hessian-based GPTQ later.
-package gptq
+// CodeChooser (round to nearest with a per-group MSE scale search when
+// GPTQOptions.Chooser is nil).
 
 import (
 	"context"
 	"fmt"
 	"slices"
 
-	"sparkconv/convert"
 	"sparkconv/dtype"
 	"sparkconv/quant"
 	"sparkconv/spark"
 )
 
-// GroupSizes are the group sizes vLLM's CPU GPTQ path accepts
+// GPTQGroupSizes are the group sizes vLLM's CPU GPTQ path accepts
 // (MARLIN_SUPPORTED_GROUP_SIZES without -1, which sparkconv does not write).
-var GroupSizes = []int{32, 64, 128}
+var GPTQGroupSizes = []int{32, 64, 128}
 
-// Options configure a conversion.
-type Options struct {
-	convert.Options
+// GPTQOptions configure a GPTQ-format conversion.
+type GPTQOptions struct {
+	Options
 	Group     int  // 32, 64 or 128
 	QuantHead bool // quantize the output head (untying it from the embedding)
 	NoSearch  bool // absmax scales instead of the MSE search
 	// Chooser, if set, chooses the codes instead of round-to-nearest (on
 	// the symmetric grid; it must fill Codes and Scales).
-	Chooser convert.CodeChooser
+	Chooser CodeChooser
 }
 
 // CheckFlags validates the flag values (usage errors).
-func (o Options) CheckFlags() error {
-	if !slices.Contains(GroupSizes, o.Group) {
-		return fmt.Errorf("--group %d: vLLM's CPU GPTQ path accepts group sizes %v", o.Group, GroupSizes)
+func (o GPTQOptions) CheckFlags() error {
+	if !slices.Contains(GPTQGroupSizes, o.Group) {
+		return fmt.Errorf("--group %d: vLLM's CPU GPTQ path accepts group sizes %v", o.Group, GPTQGroupSizes)
 	}
 	return nil
 }
 
-// CodeChooser is the chooser the options select.
-func (o Options) CodeChooser() convert.CodeChooser {
+// GPTQChooser is the chooser the options select.
+func (o GPTQOptions) GPTQChooser() CodeChooser {
 	if o.Chooser != nil {
 		return o.Chooser
 	}
-	return convert.RTN{Grid: convert.GridSym4, Search: !o.NoSearch}
+	return RTN{Grid: GridSym4, Search: !o.NoSearch}
 }
 
 // vllmCPU names the target in refusals.
 const vllmCPU = "vLLM's CPU GPTQ path (CPUWNA16LinearKernel / int4_scaled_mm_cpu)"
 
-// CheckModel refuses a model vLLM's CPU path cannot load: per quantized
+// CheckGPTQModel refuses a model vLLM's CPU path cannot load: per quantized
 // linear K and N multiples of 32 (CPUWNA16LinearKernel.can_implement) and K
 // a multiple of the group size; for a quantized head, a vocabulary that is
 // a multiple of 64.
-func CheckModel(cfg *spark.Config, o Options) error {
-	return convert.CheckInt4Targets(vllmCPU, convert.Int4Targets(cfg, o.QuantHead), func(t convert.Int4Target) []string {
+func CheckGPTQModel(cfg *spark.Config, o GPTQOptions) error {
+	return CheckInt4Targets(vllmCPU, Int4Targets(cfg, o.QuantHead), func(t Int4Target) []string {
 		var why []string
 		if t.K%32 != 0 {
 			why = append(why, fmt.Sprintf("K=%d is not a multiple of 32 (the CPU kernel needs K %% 32 == 0)", t.K))
@@ -71,7 +69,7 @@ func CheckModel(cfg *spark.Config, o Options) error {
 			why = append(why, fmt.Sprintf("N=%d is not a multiple of 32 (the CPU kernel needs N %% 32 == 0)", t.N))
 		}
 		if t.K%o.Group != 0 {
-			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (choose a group size in %v that divides it)", o.Group, t.K, GroupSizes))
+			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (choose a group size in %v that divides it)", o.Group, t.K, GPTQGroupSizes))
 		}
 		if t.Module == "lm_head" && t.N%64 != 0 {
 			why = append(why, fmt.Sprintf("vocab_size %d is not a multiple of 64: vLLM pads the LM head's vocabulary to a multiple of 64 and copies the checkpoint into the padded parameter, which fails for a packed qweight [K/8, vocab]; drop --quant-head", t.N))
@@ -80,13 +78,13 @@ func CheckModel(cfg *spark.Config, o Options) error {
 	})
 }
 
-// Config is the quantization_config: GPTQ v1, 4 bits, symmetric, no
+// GPTQConfig is the quantization_config: GPTQ v1, 4 bits, symmetric, no
 // act-order, g_proj kept in float through a negative `dynamic` rule, and
 // what really chose the codes in meta. No Hessian step runs, so the GPTQ
 // algorithm's damp_percent is not written (transformers would reject 0 and
 // any other value would be made up); true_sequential and static_groups are
 // false, the truth for round-to-nearest.
-func Config(o Options, version string) map[string]any {
+func GPTQConfig(o GPTQOptions, version string) map[string]any {
 	mse := 0.0
 	if !o.NoSearch && o.Chooser == nil {
 		mse = 2.0 // squared error, GPTQModel's `mse` norm exponent
@@ -105,42 +103,42 @@ func Config(o Options, version string) map[string]any {
 		"static_groups":     false,
 		"meta": map[string]any{
 			"quantizer":   []string{"sparkconv:" + version},
-			"method":      o.CodeChooser().Method(),
+			"method":      o.GPTQChooser().Method(),
 			"calibration": "none",
 			"mse":         mse,
 		},
 	}
 }
 
-// Parts are the four tensors of one quantized linear W[N, K] with group g:
+// GPTQParts are the four tensors of one quantized linear W[N, K] with group g:
 // qweight int32 [K/8, N], qzeros int32 [K/g, N/8] (all 0x77777777), scales
 // fp16 [K/g, N], g_idx int32 [K] = k/g.
-func Parts(t convert.Int4Target, g int) []convert.Int4Part {
+func GPTQParts(t Int4Target, g int) []Int4Part {
 	n, k, groups := t.N, t.K, t.K/g
-	return []convert.Int4Part{
+	return []Int4Part{
 		{
-			Suffix: "qweight", DType: dtype.I32, Shape: []int64{int64(k / 8), int64(n)}, Uses: convert.UsesCodes,
+			Suffix: "qweight", DType: dtype.I32, Shape: []int64{int64(k / 8), int64(n)}, Uses: UsesCodes,
 			Encode: func(dst []byte, r *quant.Int4Result) error { return quant.PackGPTQQWeight(dst, r.Codes, n, k) },
 		},
 		{
-			Suffix: "qzeros", DType: dtype.I32, Shape: []int64{int64(groups), int64(n / 8)}, Uses: convert.UsesNothing,
+			Suffix: "qzeros", DType: dtype.I32, Shape: []int64{int64(groups), int64(n / 8)}, Uses: UsesNothing,
 			Encode: func(dst []byte, _ *quant.Int4Result) error { return quant.GPTQSymQZeros(dst, groups, n) },
 		},
 		{
-			Suffix: "scales", DType: dtype.F16, Shape: []int64{int64(groups), int64(n)}, Uses: convert.UsesParams,
+			Suffix: "scales", DType: dtype.F16, Shape: []int64{int64(groups), int64(n)}, Uses: UsesParams,
 			Encode:  func(dst []byte, r *quant.Int4Result) error { return quant.PackGPTQScales(dst, r.Scales, n, groups) },
 			Restore: func(r *quant.Int4Result, src []byte) error { return quant.UnpackGPTQScales(r.Scales, src, n, groups) },
 		},
 		{
-			Suffix: "g_idx", DType: dtype.I32, Shape: []int64{int64(k)}, Uses: convert.UsesNothing,
+			Suffix: "g_idx", DType: dtype.I32, Shape: []int64{int64(k)}, Uses: UsesNothing,
 			Encode: func(dst []byte, _ *quant.Int4Result) error { return quant.PutGPTQGIdx(dst, k, g) },
 		},
 	}
 }
 
-// Write converts the model in o.Model to a GPTQ W4A8 checkpoint in o.Out.
+// GPTQ converts the model in o.Model to a GPTQ W4A8 checkpoint in o.Out.
 // The flags and the model are checked before anything is written.
-func Write(ctx context.Context, o Options) (*convert.Report, error) {
+func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	if err := o.CheckFlags(); err != nil {
 		return nil, err
 	}
@@ -148,15 +146,15 @@ func Write(ctx context.Context, o Options) (*convert.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckModel(cfg, o); err != nil {
+	if err := CheckGPTQModel(cfg, o); err != nil {
 		return nil, err
 	}
-	j, err := convert.Start(ctx, o.Options, "gptq")
+	j, err := Start(ctx, o.Options, "gptq")
 	if err != nil {
 		return nil, err
 	}
 	defer j.Close()
-	chooser := o.CodeChooser()
+	chooser := o.GPTQChooser()
 	j.Report.Method = chooser.Method()
 	j.Report.Settings = map[string]any{"group_size": o.Group, "search": !o.NoSearch, "quant_head": o.QuantHead, "scales_dtype": "F16"}
 	act, err := j.ActivationDType()
@@ -166,10 +164,10 @@ func Write(ctx context.Context, o Options) (*convert.Report, error) {
 	if act != dtype.BF16 {
 		j.Report.Settings["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", act)
 	}
-	tensors, src := j.Int4Model(o.QuantHead, func(t convert.Int4Target) convert.Int4Spec {
-		return convert.Int4Spec{Target: t, Group: o.Group, ScaleDType: quant.ScaleF16, Chooser: chooser, Grid: convert.GridSym4, Parts: Parts(t, o.Group)}
+	tensors, src := j.Int4Model(o.QuantHead, func(t Int4Target) Int4Spec {
+		return Int4Spec{Target: t, Group: o.Group, ScaleDType: quant.ScaleF16, Chooser: chooser, Grid: GridSym4, Parts: GPTQParts(t, o.Group)}
 	})
-	set := map[string]any{"quantization_config": Config(o, o.Version)}
+	set := map[string]any{"quantization_config": GPTQConfig(o, o.Version)}
 	if o.QuantHead {
 		set["tie_word_embeddings"] = false
 	}

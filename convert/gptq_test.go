@@ -1,11 +1,8 @@
-package gptq
+package convert
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,23 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"sparkconv/convert"
 	"sparkconv/fixtures/fixturestest"
-	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
 
 // The decoder below is written from formats.md section 1 (GPTQ v1), not
 // from the packers: it checks the files.
-
-func decBF16(raw []byte) []float64 {
-	out := make([]float64, len(raw)/2)
-	for i := range out {
-		out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16))
-	}
-	return out
-}
 
 // decF16 decodes an IEEE binary16 value: 1 sign, 5 exponent (bias 15), 10
 // mantissa bits.
@@ -151,26 +138,13 @@ func roundF16(x float64) float64 {
 	return math.RoundToEven(x/step) * step
 }
 
-func readConfig(t *testing.T, dir string) map[string]any {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(data, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-func run(t *testing.T, o Options) *convert.Report {
+func runGPTQ(t *testing.T, o GPTQOptions) *Report {
 	t.Helper()
 	if o.Group == 0 {
 		o.Group = 128
 	}
 	o.Quiet, o.Version = true, "test"
-	r, err := Write(context.Background(), o)
+	r, err := GPTQ(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,13 +158,13 @@ func TestGPTQDecode(t *testing.T) {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "gptq")
-			rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, Group: g, QuantHead: true})
+			rep := runGPTQ(t, GPTQOptions{Options: Options{Model: in, Out: out}, Group: g, QuantHead: true})
 			checkGPTQ(t, in, out, rep, g, true, false)
 		})
 	}
 }
 
-func checkGPTQ(t *testing.T, in, out string, rep *convert.Report, g int, quantHead, noSearch bool) {
+func checkGPTQ(t *testing.T, in, out string, rep *Report, g int, quantHead, noSearch bool) {
 	t.Helper()
 	cfg := readConfig(t, out)
 	qc := cfg["quantization_config"].(map[string]any)
@@ -226,11 +200,11 @@ func checkGPTQ(t *testing.T, in, out string, rep *convert.Report, g int, quantHe
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	reported := map[string]convert.TensorReport{}
+	reported := map[string]TensorReport{}
 	for _, r := range rep.Tensors {
 		reported[r.Name] = r
 	}
-	targets := convert.Int4Targets(src.Config, quantHead)
+	targets := Int4Targets(src.Config, quantHead)
 	var gain float64
 	for _, tg := range targets {
 		_, raw, _ := src.Raw(tg.Source)
@@ -295,7 +269,7 @@ func checkGPTQ(t *testing.T, in, out string, rep *convert.Report, g int, quantHe
 func TestGPTQNoSearch(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, Group: 64, NoSearch: true})
+	rep := runGPTQ(t, GPTQOptions{Options: Options{Model: in, Out: out}, Group: 64, NoSearch: true})
 	checkGPTQ(t, in, out, rep, 64, false, true)
 	for _, r := range rep.Tensors {
 		if r.SNRdB != *r.PlainSNRdB {
@@ -308,7 +282,7 @@ func TestGPTQNoSearch(t *testing.T) {
 func TestGPTQUntiedHead(t *testing.T) {
 	in := fixturestest.Tiny(t, true)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := run(t, Options{Options: convert.Options{Model: in, Out: out}, QuantHead: true})
+	rep := runGPTQ(t, GPTQOptions{Options: Options{Model: in, Out: out}, QuantHead: true})
 	checkGPTQ(t, in, out, rep, 128, true, false)
 	names := map[string]bool{}
 	for _, r := range rep.Tensors {
@@ -319,38 +293,23 @@ func TestGPTQUntiedHead(t *testing.T) {
 	}
 }
 
-func writeConfigOnly(t *testing.T, set map[string]any) string {
-	t.Helper()
-	cfg := map[string]any{}
-	data, _ := os.ReadFile(filepath.Join(fixturestest.Tiny(t, false), "config.json"))
-	json.Unmarshal(data, &cfg)
-	for k, v := range set {
-		cfg[k] = v
-	}
-	dir := filepath.Join(t.TempDir(), "odd")
-	os.Mkdir(dir, 0o755)
-	out, _ := json.Marshal(cfg)
-	os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644)
-	return dir
-}
-
 func TestGPTQRefusals(t *testing.T) {
 	cases := []struct {
 		name  string
 		set   map[string]any // config.json changes (nil: the tiny model)
-		o     Options
+		o     GPTQOptions
 		flag  bool
 		wants []string
 	}{
-		{"group 256", nil, Options{Group: 256}, true, []string{"--group 256", "[32 64 128]"}},
-		{"group 16", nil, Options{Group: 16}, true, []string{"--group 16"}},
-		{"K%32", map[string]any{"intermediate_size": 784}, Options{Group: 32}, false, []string{
+		{"group 256", nil, GPTQOptions{Group: 256}, true, []string{"--group 256", "[32 64 128]"}},
+		{"group 16", nil, GPTQOptions{Group: 16}, true, []string{"--group 16"}},
+		{"K%32", map[string]any{"intermediate_size": 784}, GPTQOptions{Group: 32}, false, []string{
 			"model.layers.0.mlp.down_proj.weight [256, 784] (N=256 out, K=784 in): K=784 is not a multiple of 32",
 			"model.layers.0.mlp.gate_proj.weight [784, 256] (N=784 out, K=256 in): N=784 is not a multiple of 32",
 			"(and 3 more tensors)"}},
-		{"group does not divide K", map[string]any{"intermediate_size": 800}, Options{Group: 128}, false, []string{
+		{"group does not divide K", map[string]any{"intermediate_size": 800}, GPTQOptions{Group: 128}, false, []string{
 			"model.layers.0.mlp.down_proj.weight [256, 800] (N=256 out, K=800 in): --group 128 does not divide K=800"}},
-		{"vocab%64", map[string]any{"vocab_size": 544}, Options{Group: 128, QuantHead: true}, false, []string{
+		{"vocab%64", map[string]any{"vocab_size": 544}, GPTQOptions{Group: 128, QuantHead: true}, false, []string{
 			"model.embed_tokens.weight [544, 256] (N=544 out, K=256 in): vocab_size 544 is not a multiple of 64: vLLM pads"}},
 	}
 	for _, c := range cases {
@@ -365,7 +324,7 @@ func TestGPTQRefusals(t *testing.T) {
 			if err := c.o.CheckFlags(); (err != nil) != c.flag {
 				t.Errorf("CheckFlags = %v, want a usage error: %v", err, c.flag)
 			}
-			_, err := Write(context.Background(), c.o)
+			_, err := GPTQ(context.Background(), c.o)
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -381,73 +340,21 @@ func TestGPTQRefusals(t *testing.T) {
 	}
 	// vocab 544 without --quant-head is fine for the check.
 	cfg, _ := spark.ParseConfig(mustRead(t, filepath.Join(writeConfigOnly(t, map[string]any{"vocab_size": 544}), "config.json")))
-	if err := CheckModel(cfg, Options{Group: 128}); err != nil {
+	if err := CheckGPTQModel(cfg, GPTQOptions{Group: 128}); err != nil {
 		t.Errorf("bf16 head refused: %v", err)
 	}
 }
-
-func mustRead(t *testing.T, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func treeSums(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	sums := map[string]string{}
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if e.Name() == convert.ReportFile {
-			continue
-		}
-		h := sha256.Sum256(mustRead(t, filepath.Join(dir, e.Name())))
-		sums[e.Name()] = hex.EncodeToString(h[:])
-	}
-	return sums
-}
-
-func tensorBytes(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	out := map[string]string{}
-	for _, n := range ck.Names() {
-		_, b, _ := ck.Raw(n)
-		out[n] = string(b)
-	}
-	return out
-}
-
-// rechoose is a chooser whose codes cannot be recomputed from the scales
-// (like a Hessian-based GPTQ): the writer must call Choose again.
-type rechoose struct {
-	convert.RTN
-	calls map[string]int
-}
-
-func (c rechoose) Choose(dst *quant.Int4Result, name string, m quant.Matrix, group int, dt quant.ScaleDType) error {
-	c.calls[name]++
-	return c.RTN.Choose(dst, name, m, group, dt)
-}
-
-func (rechoose) Recode(*quant.Int4Result, quant.Matrix) bool { return false }
 
 // TestGPTQDeterministic: two runs give the same files; a sharded run and a
 // run with a chooser that cannot recode give the same tensors.
 func TestGPTQDeterministic(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	dir := t.TempDir()
-	o := Options{Options: convert.Options{Model: in}, Group: 64, QuantHead: true}
+	o := GPTQOptions{Options: Options{Model: in}, Group: 64, QuantHead: true}
 	o.Out = filepath.Join(dir, "a")
-	run(t, o)
+	runGPTQ(t, o)
 	o.Out = filepath.Join(dir, "b")
-	run(t, o)
+	runGPTQ(t, o)
 	if a, b := treeSums(t, filepath.Join(dir, "a")), treeSums(t, filepath.Join(dir, "b")); !reflect.DeepEqual(a, b) {
 		t.Errorf("two runs differ:\n%v\n%v", a, b)
 	}
@@ -456,9 +363,9 @@ func TestGPTQDeterministic(t *testing.T) {
 		name  string
 		shard int64
 	}{{"sharded", 64 << 10}, {"single", 0}} {
-		c := rechoose{RTN: convert.RTN{Grid: convert.GridSym4, Search: true}, calls: map[string]int{}}
+		c := rechoose{RTN: RTN{Grid: GridSym4, Search: true}, calls: map[string]int{}}
 		o.Out, o.MaxShardSize, o.Chooser = filepath.Join(dir, v.name), v.shard, c
-		run(t, o)
+		runGPTQ(t, o)
 		got := tensorBytes(t, o.Out)
 		if len(got) != len(ref) {
 			t.Fatalf("%s: %d tensors, want %d", v.name, len(got), len(ref))

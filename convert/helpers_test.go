@@ -1,0 +1,149 @@
+package convert
+
+// Helpers shared by the format tests: decoders written from the formats,
+// not from the writers, and file comparisons.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"sparkconv/fixtures/fixturestest"
+	"sparkconv/quant"
+	"sparkconv/safetensors"
+)
+
+// decBF16 decodes little-endian bf16 bytes; written here from the format,
+// not shared with the converter.
+func decBF16(raw []byte) []float64 {
+	out := make([]float64, len(raw)/2)
+	for i := range out {
+		out[i] = float64(math.Float32frombits(uint32(raw[2*i])<<16 | uint32(raw[2*i+1])<<24))
+	}
+	return out
+}
+
+func readConfig(t *testing.T, dir string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// writeConfigOnly writes a model folder holding only a config.json derived
+// from the tiny fixture's, with keys replaced: the checks run before any
+// tensor is read.
+func writeConfigOnly(t *testing.T, set map[string]any) string {
+	t.Helper()
+	cfg := map[string]any{}
+	base := fixturestest.Tiny(t, false)
+	data, _ := os.ReadFile(filepath.Join(base, "config.json"))
+	json.Unmarshal(data, &cfg)
+	for k, v := range set {
+		cfg[k] = v
+	}
+	dir := filepath.Join(t.TempDir(), "odd")
+	os.Mkdir(dir, 0o755)
+	out, _ := json.Marshal(cfg)
+	os.WriteFile(filepath.Join(dir, "config.json"), out, 0o644)
+	return dir
+}
+
+// treeSums hashes every file of dir except the report.
+func treeSums(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	sums := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() == ReportFile {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		h := sha256.Sum256(b)
+		sums[e.Name()] = hex.EncodeToString(h[:])
+	}
+	return sums
+}
+
+// tensorBytes reads every tensor of a checkpoint folder.
+func tensorBytes(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	out := map[string]string{}
+	for _, n := range ck.Names() {
+		_, b, _ := ck.Raw(n)
+		out[n] = string(b)
+	}
+	return out
+}
+
+// rechoose is a chooser whose codes cannot be recomputed from the
+// parameters (like a Hessian-based GPTQ): the writer calls Choose again.
+type rechoose struct {
+	RTN
+	calls map[string]int
+}
+
+func (c rechoose) Choose(dst *quant.Int4Result, t Int4Target, m quant.Matrix, group int, dt quant.ScaleDType) error {
+	c.calls[t.Source]++
+	return c.RTN.Choose(dst, t, m, group, dt)
+}
+
+func (rechoose) Recode(*quant.Int4Result, quant.Matrix) bool { return false }
+
+// syntheticBF16 returns bf16 bits of an [n, k] matrix like the fixtures'
+// linears: N(0, 0.02) with a few input columns scaled by 10-50.
+func syntheticBF16(n, k int, seed uint64) []uint16 {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	outlier := map[int]float64{}
+	for len(outlier) < max(2, k/512) {
+		outlier[rng.IntN(k)] = 10 + 40*rng.Float64()
+	}
+	w := make([]uint16, n*k)
+	for i := range w {
+		v := rng.NormFloat64() * 0.02
+		if f, ok := outlier[i%k]; ok {
+			v *= f
+		}
+		w[i] = uint16(math.Float32bits(float32(v)) >> 16)
+	}
+	return w
+}
+
+// cpuSeconds is this process's user+system CPU time: MB per CPU-second does
+// not depend on how busy the shared machine is.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
