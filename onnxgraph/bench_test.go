@@ -10,7 +10,8 @@ import (
 
 	"sparkconv/fixtures"
 	. "sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/orttest"
+	"sparkconv/ortrun"
+	"sparkconv/ortrun/orttest"
 	"sparkconv/spark"
 )
 
@@ -104,7 +105,7 @@ func BenchmarkRunnerStep(b *testing.B) {
 		b.Fatal(err)
 	}
 	m.Close()
-	r, err := OpenRunner(dir, RunnerOptions{SessionOptions: SessionOptions{Threads: 1}})
+	r, err := ortrun.OpenRunner(dir, ortrun.RunnerOptions{SessionOptions: ortrun.SessionOptions{Threads: 1}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,13 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"sparkconv/dtype"
 	. "sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/orttest"
+	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
+	"sparkconv/ortrun"
+	"sparkconv/ortrun/orttest"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -107,7 +108,7 @@ func runSmall(t *testing.T, dt DType) map[string]Tensor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewSession(data, SessionOptions{Threads: 1})
+	s, err := ortrun.NewSession(data, ortrun.SessionOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +170,7 @@ func TestExternalData(t *testing.T) {
 	bw := b.Float32s("big", []int64{3000, 1}, big)
 	b.OpTo("dot", "MatMul", []string{x, bw})
 	b.Output("dot", Float32, 1, 1)
-	info, err := b.WriteFile(dir, "m.onnx", WriteOptions{ExternalThreshold: 4096, MinExternal: 40})
+	info, err := b.WriteFile(dir, "m.onnx", onnxio.WriteOptions{ExternalThreshold: 4096, MinExternal: 40})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +199,14 @@ func TestExternalData(t *testing.T) {
 			kv[e.GetKey()] = e.GetValue()
 		}
 		off, _ := strconv.ParseInt(kv["offset"], 10, 64)
-		if kv["location"] != "m.onnx.data" || off%ExternalAlign != 0 || in.RawData != nil {
+		if kv["location"] != "m.onnx.data" || off%onnxio.ExternalAlign != 0 || in.RawData != nil {
 			t.Errorf("%s: external %v", in.GetName(), kv)
 		}
 	}
 	if moved != 2 { // W (48 B) and big (12000 B); bias (16 B) stays inline
 		t.Errorf("moved %d initializers, want 2", moved)
 	}
-	s, err := OpenSession(filepath.Join(dir, "m.onnx"), SessionOptions{Threads: 1})
+	s, err := ortrun.OpenSession(filepath.Join(dir, "m.onnx"), ortrun.SessionOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestExternalData(t *testing.T) {
 	if out["y"].F32[0] != -7.5 {
 		t.Fatalf("y[0] = %v", out["y"].F32[0])
 	}
-	h, err := HashFile(filepath.Join(dir, "m.onnx"))
+	h, err := onnxio.HashFile(filepath.Join(dir, "m.onnx"))
 	if err != nil || h.SHA256 != info.SHA256 {
 		t.Fatalf("hash %v vs %v (%v)", h.SHA256, info.SHA256, err)
 	}
@@ -270,23 +271,5 @@ func TestTransposeRaw(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-func TestFindORTLib(t *testing.T) {
-	missing := filepath.Join(t.TempDir(), "nope.so")
-	_, err := FindORTLib(missing)
-	if err == nil || !strings.Contains(err.Error(), "npm pack onnxruntime-node@1.30.0") || !strings.Contains(err.Error(), "--ort-lib") {
-		t.Fatalf("missing --ort-lib: %v", err)
-	}
-	present := filepath.Join(t.TempDir(), "lib.so")
-	os.WriteFile(present, []byte("x"), 0o644)
-	t.Setenv(ORTLibEnv, present)
-	if got, err := FindORTLib(""); err != nil || got != present {
-		t.Fatalf("env: %q %v", got, err)
-	}
-	t.Setenv(ORTLibEnv, missing)
-	if _, err := FindORTLib(""); err == nil || !strings.Contains(err.Error(), ORTLibEnv) {
-		t.Fatalf("env missing: %v", err)
 	}
 }

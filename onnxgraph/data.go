@@ -7,27 +7,16 @@ import (
 	"math"
 
 	"sparkconv/dtype"
+	"sparkconv/onnxio"
 )
 
 // Data is an initializer's little-endian bytes, produced when the file is
 // written, so a multi-GB weight is converted chunk by chunk and never held
-// twice.
-type Data interface {
-	// Size is the number of bytes WriteTo writes.
-	Size() int64
-	// WriteTo writes exactly Size() bytes.
-	WriteTo(w io.Writer) (int64, error)
-}
+// twice (onnxio streams it).
+type Data = onnxio.Data
 
 // Bytes is Data already in memory.
-type Bytes []byte
-
-func (b Bytes) Size() int64 { return int64(len(b)) }
-
-func (b Bytes) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(b)
-	return int64(n), err
-}
+type Bytes = onnxio.Bytes
 
 // chunkElems is how many elements a converting source handles at a time.
 const chunkElems = 1 << 18

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"sparkconv/onnxio"
 	"sparkconv/spark"
 )
 
@@ -29,7 +29,7 @@ type ExportOptions struct {
 	// MaskValue is what the runtime writes for an empty slot (default -1e4).
 	MaskValue float64
 	// Write tunes external data (tests lower the 2 GiB threshold).
-	Write WriteOptions
+	Write onnxio.WriteOptions
 	// Done, if set, is called after each file with its name and size.
 	Done func(file string, bytes int64)
 }
@@ -216,7 +216,8 @@ func Export(ctx context.Context, m *spark.Model, dir string, o ExportOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	if _, err := writeHashed(filepath.Join(dir, ManifestFile), func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
+	// The export folder is fsynced whole when its outdir commits.
+	if err := os.WriteFile(filepath.Join(dir, ManifestFile), data, 0o644); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", ManifestFile, err)
 	}
 	return man, nil

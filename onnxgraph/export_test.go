@@ -11,8 +11,9 @@ import (
 	"testing"
 
 	. "sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/orttest"
+	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
+	"sparkconv/ortrun/orttest"
 	"sparkconv/spark"
 
 	"google.golang.org/protobuf/proto"
@@ -84,7 +85,7 @@ func TestManifestContract(t *testing.T) {
 		"head.onnx": {Kind: KindHead, Inputs: []TensorSpec{tensor("hidden_in", f32, 1, 1, 128)}, Outputs: []TensorSpec{tensor("logits", f32, 1, 1, 512)}},
 	}
 	for _, g := range man.Graphs {
-		h, err := HashFile(filepath.Join(dir, g.File))
+		h, err := onnxio.HashFile(filepath.Join(dir, g.File))
 		if err != nil || h.SHA256 != g.SHA256 || g.Opset != 17 {
 			t.Errorf("%s: sha256 %s vs %s, opset %d", g.File, h.SHA256, g.SHA256, g.Opset)
 		}
@@ -267,7 +268,7 @@ func TestShardedExport(t *testing.T) {
 func TestExportExternalData(t *testing.T) {
 	orttest.Init(t)
 	g := loadGolden(t, "spark-mini-tied")
-	dir := export(t, g.dir, ExportOptions{Context: 48, Write: WriteOptions{ExternalThreshold: 64 << 10}})
+	dir := export(t, g.dir, ExportOptions{Context: 48, Write: onnxio.WriteOptions{ExternalThreshold: 64 << 10}})
 	man, _ := ReadManifest(dir)
 	for _, ge := range man.Graphs {
 		if ge.ExternalData == nil || ge.ExternalData.Name != ge.File+".data" {

@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	. "sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/orttest"
+	"sparkconv/ortrun"
+	"sparkconv/ortrun/orttest"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -91,7 +92,7 @@ type goldenRun struct {
 
 func runGolden(t testing.TB, g *golden, dir string, optimize string) *goldenRun {
 	t.Helper()
-	r, err := OpenRunner(dir, RunnerOptions{SessionOptions: SessionOptions{Threads: 1, Optimize: optimize}, KeyGarbage: 50, ValueGarbage: 1000, Seed: 7})
+	r, err := ortrun.OpenRunner(dir, ortrun.RunnerOptions{SessionOptions: ortrun.SessionOptions{Threads: 1, Optimize: optimize}, KeyGarbage: 50, ValueGarbage: 1000, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}

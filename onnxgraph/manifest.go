@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"sparkconv/onnxio"
 )
 
 // ManifestFile is the manifest's name inside an export folder.
@@ -57,14 +59,14 @@ type GraphEntry struct {
 	Kind string `json:"kind"`
 	// LayerInfo is set (and inlined) for layer graphs only.
 	*LayerInfo
-	Layers       []LayerInfo  `json:"layers,omitempty"`
-	Tied         *bool        `json:"tied,omitempty"`
-	Opset        int          `json:"opset"`
-	SHA256       string       `json:"sha256"`
-	Bytes        int64        `json:"bytes,omitempty"`
-	ExternalData *FileInfo    `json:"external_data,omitempty"`
-	Inputs       []TensorSpec `json:"inputs"`
-	Outputs      []TensorSpec `json:"outputs"`
+	Layers       []LayerInfo      `json:"layers,omitempty"`
+	Tied         *bool            `json:"tied,omitempty"`
+	Opset        int              `json:"opset"`
+	SHA256       string           `json:"sha256"`
+	Bytes        int64            `json:"bytes,omitempty"`
+	ExternalData *onnxio.FileInfo `json:"external_data,omitempty"`
+	Inputs       []TensorSpec     `json:"inputs"`
+	Outputs      []TensorSpec     `json:"outputs"`
 }
 
 // LayerInfos returns the per-layer keys of a layer or block graph.

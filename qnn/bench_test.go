@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
 
 	"google.golang.org/protobuf/proto"
@@ -134,7 +135,7 @@ func BenchmarkEncodeModel(b *testing.B) {
 	b.SetBytes(int64(proto.Size(m)))
 	cpu := cpuTime()
 	for range b.N {
-		if _, err := EncodeModel(io.Discard, m); err != nil {
+		if _, err := onnxio.Encode(io.Discard, onnxio.Model{Proto: m}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -157,7 +158,8 @@ func BenchmarkMarshal(b *testing.B) {
 // BenchmarkReadModelFile maps and parses a 64 MiB model file; MB/s.
 func BenchmarkReadModelFile(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "big.onnx")
-	n, err := WriteModelFile(path, bigModel(), false)
+	info, err := onnxio.WriteFile(path, onnxio.Model{Proto: bigModel()}, onnxio.WriteOptions{})
+	n := info.Size
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func BenchmarkReadModelFile(b *testing.B) {
 	b.ResetTimer()
 	cpu := cpuTime()
 	for range b.N {
-		if _, err := ReadModelFile(path); err != nil {
+		if _, err := onnxio.ReadModelFile(path); err != nil {
 			b.Fatal(err)
 		}
 	}

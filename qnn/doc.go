@@ -5,11 +5,8 @@
 // table Ops), and a sanitizer that rewrites the three constructs PyTorch's
 // dynamo exporter emits and QNN refuses -- Where(IsNaN(x), 0, x) guards,
 // Reshape allowzero=1, rank-0 axes -- without changing what the graph
-// computes (Sanitize). It also reads and writes model files: ReadModelFile
-// maps the file instead of copying it, WriteModelFile streams the
-// deterministic protobuf encoding tensor by tensor into a temporary file
-// beside the target and renames it into place.
+// computes (Sanitize). Files are read and written through onnxio.
 //
 // qnn reads graphs (onnxpb, and onnxgraph's in tests); onnxgraph never
-// imports qnn.
+// imports qnn. It builds and tests without cgo.
 package qnn

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sparkconv/onnxgraph"
+	"sparkconv/onnxio"
 	"sparkconv/spark"
 )
 
@@ -41,7 +42,7 @@ func TestLintRealExports(t *testing.T) {
 		}
 		for _, g := range man.Graphs {
 			path := filepath.Join(out, g.File)
-			mp, err := ReadModelFile(path)
+			mp, err := onnxio.ReadModelFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +53,7 @@ func TestLintRealExports(t *testing.T) {
 				t.Errorf("%s: sanitize changed %v (err %v)", g.File, ch, err)
 			}
 			var buf bytes.Buffer
-			if _, err := EncodeModel(&buf, mp); err != nil {
+			if _, err := onnxio.Encode(&buf, onnxio.Model{Proto: mp}); err != nil {
 				t.Fatal(err)
 			}
 			if file, _ := os.ReadFile(path); !bytes.Equal(file, buf.Bytes()) {

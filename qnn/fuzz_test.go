@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
 
 	"google.golang.org/protobuf/proto"
@@ -35,7 +36,7 @@ func FuzzLintSanitize(f *testing.F) {
 			return
 		}
 		var buf bytes.Buffer
-		if _, err := EncodeModel(&buf, m); err != nil || !bytes.Equal(buf.Bytes(), want) {
+		if _, err := onnxio.Encode(&buf, onnxio.Model{Proto: m}); err != nil || !bytes.Equal(buf.Bytes(), want) {
 			t.Fatalf("EncodeModel differs from Marshal (err %v)", err)
 		}
 		if _, err := Sanitize(m); err != nil {

@@ -5,8 +5,6 @@ import (
 	"math"
 	"testing"
 
-	"sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/orttest"
 	"sparkconv/onnxpb"
 
 	"google.golang.org/protobuf/proto"
@@ -106,19 +104,6 @@ func ramp(n int, seed float64) []float32 {
 		v[i] = float32(4*math.Mod(seed+float64(i)*0.6180339887, 1) - 2)
 	}
 	return v
-}
-
-// runORT runs model bytes in ONNX Runtime (skipping when the library is
-// absent, see orttest) and returns every output.
-func runORT(t *testing.T, model []byte, feeds map[string]onnxgraph.Tensor) (map[string]onnxgraph.Tensor, error) {
-	t.Helper()
-	orttest.Init(t)
-	s, err := onnxgraph.NewSession(model, onnxgraph.SessionOptions{Threads: 1})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	return s.Run(feeds)
 }
 
 // findings filters fs by rule.

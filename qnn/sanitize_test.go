@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"sparkconv/onnxgraph"
+	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
 
 	"google.golang.org/protobuf/proto"
@@ -341,7 +342,7 @@ func TestSanitizeDeterministic(t *testing.T) {
 			t.Fatal(err)
 		}
 		var buf bytes.Buffer
-		if _, err := EncodeModel(&buf, m); err != nil {
+		if _, err := onnxio.Encode(&buf, onnxio.Model{Proto: m}); err != nil {
 			t.Fatal(err)
 		}
 		outs = append(outs, buf.Bytes())

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/onnxgraph"
+	"sparkconv/onnxio"
 	"sparkconv/outdir"
 	"sparkconv/progress"
 	"sparkconv/qnn"
@@ -178,7 +179,7 @@ const lintMaxRaw = 1 << 20
 func lintExport(dir string, man *onnxgraph.Manifest, rep *exportONNXReport) error {
 	rep.Lint = map[string][]qnn.Finding{}
 	for _, g := range man.Graphs {
-		mp, err := onnxgraph.ReadStructure(filepath.Join(dir, g.File), lintMaxRaw)
+		mp, err := onnxio.ReadStructure(filepath.Join(dir, g.File), lintMaxRaw)
 		if err != nil {
 			return fmt.Errorf("lint: %w", err)
 		}

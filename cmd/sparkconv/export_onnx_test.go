@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"sparkconv/onnxgraph"
+	"sparkconv/onnxio"
+	"sparkconv/ortrun"
 	"sparkconv/qnn"
 )
 
@@ -18,7 +20,7 @@ const goldenTied = "../../testdata/golden/spark-mini-tied"
 // missing, unless $SPARKCONV_REQUIRE_ORT is set (CI), where it fails.
 func requireORT(t *testing.T) {
 	t.Helper()
-	if _, err := onnxgraph.FindORTLib(""); err != nil {
+	if _, err := ortrun.FindORTLib(""); err != nil {
 		if os.Getenv("SPARKCONV_REQUIRE_ORT") != "" {
 			t.Fatalf("SPARKCONV_REQUIRE_ORT is set: %v", err)
 		}
@@ -133,15 +135,15 @@ func TestLintReadsStructure(t *testing.T) {
 	b.OpTo("y", "Erf", []string{y})
 	b.Output("y", onnxgraph.Float32, 1, 256)
 	dir := t.TempDir()
-	if _, err := b.WriteFile(dir, "bad.onnx", onnxgraph.WriteOptions{}); err != nil {
+	if _, err := b.WriteFile(dir, "bad.onnx", onnxio.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "bad.onnx")
-	full, err := qnn.ReadModelFile(path)
+	full, err := onnxio.ReadModelFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lean, err := onnxgraph.ReadStructure(path, 1024)
+	lean, err := onnxio.ReadStructure(path, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/onnxio"
 	"sparkconv/qnn"
 )
 
@@ -44,7 +45,7 @@ type lintReport struct {
 }
 
 func runLint(cmd *cobra.Command, path string) error {
-	m, err := qnn.ReadModelFile(path)
+	m, err := onnxio.ReadModelFile(path)
 	if err != nil {
 		return err
 	}

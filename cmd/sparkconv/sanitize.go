@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/onnxio"
 	"sparkconv/qnn"
 )
 
@@ -62,11 +63,11 @@ type sanitizeReport struct {
 }
 
 func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
-	m, err := qnn.ReadModelFile(in)
+	m, err := onnxio.ReadModelFile(in)
 	if err != nil {
 		return err
 	}
-	if locs := qnn.ExternalLocations(m); len(locs) > 0 {
+	if locs := onnxio.ExternalLocations(m); len(locs) > 0 {
 		ai, err1 := filepath.Abs(filepath.Dir(in))
 		ao, err2 := filepath.Abs(filepath.Dir(out))
 		if err1 != nil || err2 != nil || ai != ao {
@@ -86,9 +87,11 @@ func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
 		rep.Findings = []qnn.Finding{}
 	}
 	rep.Errors, rep.Warnings = qnn.Count(rep.Findings)
-	if rep.Bytes, err = qnn.WriteModelFile(out, m, force); err != nil {
+	info, err := onnxio.WriteFile(out, onnxio.Model{Proto: m}, onnxio.WriteOptions{Force: force})
+	if err != nil {
 		return err
 	}
+	rep.Bytes = info.Size
 	if jsonOut {
 		if err := printJSON(rep); err != nil {
 			return err

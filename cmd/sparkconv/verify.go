@@ -8,7 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/forward"
-	"sparkconv/onnxgraph"
+	"sparkconv/ortrun"
+	"sparkconv/verify"
 )
 
 func init() {
@@ -43,7 +44,7 @@ ONNX Runtime is loaded from --ort-lib, else $SPARKCONV_ORT_LIB, else
 			if steps < 0 || threads < 0 {
 				return usagef("--steps and --threads must be >= 0")
 			}
-			o := onnxgraph.VerifyOptions{Steps: steps, Seed: seed, Threads: threads, Optimize: optimize}
+			o := verify.Options{Steps: steps, Seed: seed, Threads: threads, Optimize: optimize}
 			return runVerify(cmd, model, export, ortLib, o)
 		},
 	}
@@ -58,13 +59,13 @@ ONNX Runtime is loaded from --ort-lib, else $SPARKCONV_ORT_LIB, else
 	rootCmd.AddCommand(cmd)
 }
 
-func runVerify(cmd *cobra.Command, model, export, ortLib string, o onnxgraph.VerifyOptions) error {
+func runVerify(cmd *cobra.Command, model, export, ortLib string, o verify.Options) error {
 	start := time.Now()
-	lib, err := onnxgraph.FindORTLib(ortLib)
+	lib, err := ortrun.FindORTLib(ortLib)
 	if err != nil {
 		return err
 	}
-	if err := onnxgraph.InitORT(lib); err != nil {
+	if err := ortrun.Init(lib); err != nil {
 		return err
 	}
 	ref, err := forward.Open(model, forward.Options{})
@@ -72,7 +73,7 @@ func runVerify(cmd *cobra.Command, model, export, ortLib string, o onnxgraph.Ver
 		return err
 	}
 	defer ref.Close()
-	rep, err := onnxgraph.Verify(ref, export, o)
+	rep, err := verify.Run(ref, export, o)
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func runVerify(cmd *cobra.Command, model, export, ortLib string, o onnxgraph.Ver
 	return nil
 }
 
-func printVerify(cmd *cobra.Command, rep *onnxgraph.VerifyReport, took time.Duration) {
+func printVerify(cmd *cobra.Command, rep *verify.Report, took time.Duration) {
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "verify %s (%s, ONNX Runtime %s, optimization %s): %d steps, bar %.0f dB\n", rep.Export, rep.DType, rep.ORTVersion, rep.ORTOptimize, rep.Steps, rep.BarDB)
 	for _, g := range rep.Graphs {

@@ -1,5 +1,5 @@
 // Package orttest owns the one rule for tests that need ONNX Runtime: load
-// the library found by onnxgraph.FindORTLib, or skip with instructions when
+// the library found by ortrun.FindORTLib, or skip with instructions when
 // it is absent -- unless $SPARKCONV_REQUIRE_ORT is set (CI), where a missing
 // library fails the test instead.
 package orttest
@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"sparkconv/onnxgraph"
+	"sparkconv/ortrun"
 )
 
 // RequireEnv names the variable that turns a missing library into a failure.
@@ -17,14 +17,14 @@ const RequireEnv = "SPARKCONV_REQUIRE_ORT"
 // Init loads ONNX Runtime for the test or skips it.
 func Init(tb testing.TB) {
 	tb.Helper()
-	lib, err := onnxgraph.FindORTLib("")
+	lib, err := ortrun.FindORTLib("")
 	if err != nil {
 		if os.Getenv(RequireEnv) != "" {
 			tb.Fatalf("%s is set and ONNX Runtime is missing: %v", RequireEnv, err)
 		}
 		tb.Skipf("skipping: %v", err)
 	}
-	if err := onnxgraph.InitORT(lib); err != nil {
+	if err := ortrun.Init(lib); err != nil {
 		tb.Fatal(err)
 	}
 }

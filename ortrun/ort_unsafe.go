@@ -1,4 +1,4 @@
-package onnxgraph
+package ortrun
 
 import "unsafe"
 

@@ -1,4 +1,4 @@
-package onnxgraph
+package verify
 
 import (
 	"encoding/json"
@@ -9,6 +9,9 @@ import (
 	"sort"
 
 	"sparkconv/forward"
+	"sparkconv/onnxgraph"
+	"sparkconv/onnxio"
+	"sparkconv/ortrun"
 	"sparkconv/quant"
 )
 
@@ -18,8 +21,8 @@ const (
 	BarFloat16 = 55.0  // dB
 )
 
-// VerifyOptions tune Verify.
-type VerifyOptions struct {
+// Options tune Verify.
+type Options struct {
 	// Steps is the number of decode steps; 0 means sliding_window + 8, so
 	// every sliding ring wraps (capped at context - 1).
 	Steps int
@@ -27,7 +30,7 @@ type VerifyOptions struct {
 	Seed    uint64
 	Threads int
 	// Optimize is ONNX Runtime's graph optimization level (see
-	// SessionOptions). "" means "all" for float32 exports and "extended"
+	// ortrun.SessionOptions). "" means "all" for float32 exports and "extended"
 	// for float16 ones: at "all", ONNX Runtime 1.30's CPU provider fuses
 	// the float16 RMSNorm pattern into SimplifiedLayerNormalization with
 	// epsilon 1e-5 instead of the graph's constant (1e-6 for Spark), which
@@ -70,8 +73,8 @@ type GraphReport struct {
 	Pass    bool              `json:"pass"`
 }
 
-// VerifyReport is the whole result.
-type VerifyReport struct {
+// Report is the whole result.
+type Report struct {
 	Export      string        `json:"export"`
 	ORTOptimize string        `json:"ort_optimize"`
 	DType       string        `json:"dtype"`
@@ -116,41 +119,41 @@ func (a *acc) metric() Metric {
 // weights (and the reference one layer's), not the whole export.
 type verifier struct {
 	ref    *forward.Model
-	man    *Manifest
+	man    *onnxgraph.Manifest
 	dir    string
-	sopt   SessionOptions
-	dt     DType
+	sopt   ortrun.SessionOptions
+	dt     onnxgraph.DType
 	ids    []int
 	refH   [][]float32 // per step: the reference residual entering the next graph
 	chainH [][]float32 // per step: ORT's own residual
 	caches map[int]*forward.LayerCache
-	chain  map[int]*CacheState
+	chain  map[int]*onnxgraph.CacheState
 	accs   map[string]map[string]*acc // file -> output -> errors
 	chainL acc
-	report *VerifyReport
+	report *Report
 }
 
 // Verify runs every graph of the export in dir in ONNX Runtime against the
 // float32 reference forward of the same checkpoint, step by step over a
 // random token history, and checks the bars.
-func Verify(ref *forward.Model, dir string, o VerifyOptions) (*VerifyReport, error) {
+func Run(ref *forward.Model, dir string, o Options) (*Report, error) {
 	if o.KeyGarbage == 0 {
 		o.KeyGarbage = 50
 	}
 	if o.ValueGarbage == 0 {
 		o.ValueGarbage = 1000
 	}
-	man, err := ReadManifest(dir)
+	man, err := onnxgraph.ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
-	dt, err := ParseDType(man.DType)
+	dt, err := onnxgraph.ParseDType(man.DType)
 	if err != nil {
 		return nil, err
 	}
 	if o.Optimize == "" {
 		o.Optimize = "all"
-		if dt == Float16 {
+		if dt == onnxgraph.Float16 {
 			o.Optimize = "extended"
 		}
 	}
@@ -163,13 +166,13 @@ func Verify(ref *forward.Model, dir string, o VerifyOptions) (*VerifyReport, err
 		steps = c.SlidingWindow + 8
 	}
 	steps = min(steps, man.Context-1)
-	v := &verifier{ref: ref, man: man, dir: dir, dt: dt, caches: map[int]*forward.LayerCache{}, chain: map[int]*CacheState{}, accs: map[string]map[string]*acc{},
-		sopt: SessionOptions{Threads: o.Threads, Optimize: o.Optimize}}
-	v.report = &VerifyReport{Export: dir, ORTOptimize: o.Optimize, DType: man.DType, ORTVersion: ORTVersion(), Steps: steps, BarDB: BarFloat32}
-	if dt == Float16 {
+	v := &verifier{ref: ref, man: man, dir: dir, dt: dt, caches: map[int]*forward.LayerCache{}, chain: map[int]*onnxgraph.CacheState{}, accs: map[string]map[string]*acc{},
+		sopt: ortrun.SessionOptions{Threads: o.Threads, Optimize: o.Optimize}}
+	v.report = &Report{Export: dir, ORTOptimize: o.Optimize, DType: man.DType, ORTVersion: ortrun.Version(), Steps: steps, BarDB: BarFloat32}
+	if dt == onnxgraph.Float16 {
 		v.report.BarDB = BarFloat16
 	}
-	if err := v.initCaches(RunnerOptions{KeyGarbage: o.KeyGarbage, ValueGarbage: o.ValueGarbage, Seed: o.Seed}); err != nil {
+	if err := v.initCaches(ortrun.RunnerOptions{KeyGarbage: o.KeyGarbage, ValueGarbage: o.ValueGarbage, Seed: o.Seed}); err != nil {
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x70c3))
@@ -195,7 +198,7 @@ func Verify(ref *forward.Model, dir string, o VerifyOptions) (*VerifyReport, err
 }
 
 // checkAgainstConfig compares every per-layer key with the model.
-func checkAgainstConfig(man *Manifest, ref *forward.Model) error {
+func checkAgainstConfig(man *onnxgraph.Manifest, ref *forward.Model) error {
 	c := ref.Cfg
 	seen := map[int]bool{}
 	for _, g := range man.Graphs {
@@ -217,21 +220,21 @@ func checkAgainstConfig(man *Manifest, ref *forward.Model) error {
 }
 
 // initCaches gives every layer the same garbage-filled starting cache as
-// OpenRunner does (same seed, same order), for the reference and the
+// ortrun.OpenRunner does (same seed, same order), for the reference and the
 // chained ORT run alike.
-func (v *verifier) initCaches(opt RunnerOptions) error {
+func (v *verifier) initCaches(opt ortrun.RunnerOptions) error {
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x5eed))
 	for _, g := range v.man.Graphs {
-		if g.Kind != KindLayer && g.Kind != KindBlock {
+		if g.Kind != onnxgraph.KindLayer && g.Kind != onnxgraph.KindBlock {
 			continue
 		}
 		for _, li := range g.LayerInfos() {
-			st, err := newCacheState(&g, li, rng, opt)
+			st, err := onnxgraph.NewCacheState(&g, li, rng, opt.KeyGarbage, opt.ValueGarbage)
 			if err != nil {
 				return err
 			}
 			lay := forward.Ring
-			if li.Layout == LayoutRoll {
+			if li.Layout == onnxgraph.LayoutRoll {
 				lay = forward.Roll
 			}
 			lc := forward.NewLayerCache(lay, st.KV, st.D, li.CacheSlots)
@@ -245,44 +248,44 @@ func (v *verifier) initCaches(opt RunnerOptions) error {
 
 // graphOrder is the order a token flows through the graphs: embed, the
 // layer or block graphs by first layer, head.
-func graphOrder(man *Manifest) []GraphEntry {
-	rank := func(g GraphEntry) int {
+func graphOrder(man *onnxgraph.Manifest) []onnxgraph.GraphEntry {
+	rank := func(g onnxgraph.GraphEntry) int {
 		switch g.Kind {
-		case KindEmbed:
+		case onnxgraph.KindEmbed:
 			return -1
-		case KindHead:
+		case onnxgraph.KindHead:
 			return 1 << 30
 		}
 		return g.LayerInfos()[0].Layer
 	}
-	gs := append([]GraphEntry(nil), man.Graphs...)
+	gs := append([]onnxgraph.GraphEntry(nil), man.Graphs...)
 	sort.SliceStable(gs, func(a, b int) bool { return rank(gs[a]) < rank(gs[b]) })
 	return gs
 }
 
 // runGraph opens one graph, checks its file against the manifest, runs
 // every step through it, and closes it. It returns file mismatches.
-func (v *verifier) runGraph(g GraphEntry) ([]string, error) {
+func (v *verifier) runGraph(g onnxgraph.GraphEntry) ([]string, error) {
 	var bad []string
-	h, err := HashFile(filepath.Join(v.dir, g.File))
+	h, err := onnxio.HashFile(filepath.Join(v.dir, g.File))
 	if err != nil {
 		return nil, err
 	}
 	if h.SHA256 != g.SHA256 {
 		bad = append(bad, fmt.Sprintf("%s: sha256 %s, manifest says %s", g.File, h.SHA256, g.SHA256))
 	}
-	sess, err := OpenSession(filepath.Join(v.dir, g.File), v.sopt)
+	sess, err := ortrun.OpenSession(filepath.Join(v.dir, g.File), v.sopt)
 	if err != nil {
 		return nil, err
 	}
 	defer sess.Close()
-	bad = append(bad, compareIO(g.File+" inputs", g.Inputs, sess.Inputs)...)
-	bad = append(bad, compareIO(g.File+" outputs", g.Outputs, sess.Outputs)...)
+	bad = append(bad, ortrun.CompareIO(g.File+" inputs", g.Inputs, sess.Inputs)...)
+	bad = append(bad, ortrun.CompareIO(g.File+" outputs", g.Outputs, sess.Outputs)...)
 	for p := range v.ids {
 		switch g.Kind {
-		case KindEmbed:
+		case onnxgraph.KindEmbed:
 			err = v.embedStep(sess, g, p)
-		case KindHead:
+		case onnxgraph.KindHead:
 			err = v.headStep(sess, g, p)
 		default:
 			err = v.layerStep(sess, g, p)
@@ -308,12 +311,12 @@ func (v *verifier) acc(file, output string) *acc {
 	return a
 }
 
-func (v *verifier) hiddenTensor(h []float32) Tensor {
-	return FloatTensor(v.dt, []int64{1, 1, int64(v.ref.Cfg.HiddenSize)}, h)
+func (v *verifier) hiddenTensor(h []float32) onnxgraph.Tensor {
+	return onnxgraph.FloatTensor(v.dt, []int64{1, 1, int64(v.ref.Cfg.HiddenSize)}, h)
 }
 
 // embedStep starts step p: the reference embedding row against the graph.
-func (v *verifier) embedStep(sess *Session, g GraphEntry, p int) error {
+func (v *verifier) embedStep(sess *ortrun.Session, g onnxgraph.GraphEntry, p int) error {
 	if v.refH == nil {
 		v.refH, v.chainH = make([][]float32, len(v.ids)), make([][]float32, len(v.ids))
 	}
@@ -321,7 +324,7 @@ func (v *verifier) embedStep(sess *Session, g GraphEntry, p int) error {
 	if err := v.ref.EmbedRow(h, v.ids[p]); err != nil {
 		return err
 	}
-	out, err := sess.Run(map[string]Tensor{"input_ids": I64Tensor([]int64{1, 1}, []int64{int64(v.ids[p])})})
+	out, err := sess.Run(map[string]onnxgraph.Tensor{"input_ids": onnxgraph.I64Tensor([]int64{1, 1}, []int64{int64(v.ids[p])})})
 	if err != nil {
 		return err
 	}
@@ -333,13 +336,13 @@ func (v *verifier) embedStep(sess *Session, g GraphEntry, p int) error {
 
 // headStep ends step p: reference logits against the graph on the
 // reference's residual (gated) and on ORT's own chain (reported).
-func (v *verifier) headStep(sess *Session, g GraphEntry, p int) error {
+func (v *verifier) headStep(sess *ortrun.Session, g onnxgraph.GraphEntry, p int) error {
 	m := v.ref
 	logits, err := m.Logits(m.FinalNorm(v.refH[p]), 1)
 	if err != nil {
 		return err
 	}
-	out, err := sess.Run(map[string]Tensor{"hidden_in": v.hiddenTensor(v.refH[p])})
+	out, err := sess.Run(map[string]onnxgraph.Tensor{"hidden_in": v.hiddenTensor(v.refH[p])})
 	if err != nil {
 		return err
 	}
@@ -351,7 +354,7 @@ func (v *verifier) headStep(sess *Session, g GraphEntry, p int) error {
 	if sameSet(topK(logits, 5), topK(got, 5)) {
 		v.report.Top5Agree++
 	}
-	out, err = sess.Run(map[string]Tensor{"hidden_in": v.hiddenTensor(v.chainH[p])})
+	out, err = sess.Run(map[string]onnxgraph.Tensor{"hidden_in": v.hiddenTensor(v.chainH[p])})
 	if err != nil {
 		return err
 	}
@@ -362,20 +365,20 @@ func (v *verifier) headStep(sess *Session, g GraphEntry, p int) error {
 // layerStep runs one layer or block graph at step p on the reference's
 // inputs, compares its outputs with the reference layers and advances the
 // reference caches; then runs it on the chained state.
-func (v *verifier) layerStep(sess *Session, g GraphEntry, p int) error {
+func (v *verifier) layerStep(sess *ortrun.Session, g onnxgraph.GraphEntry, p int) error {
 	mv := float32(v.man.MaskValue)
-	feeds := map[string]Tensor{"hidden_in": v.hiddenTensor(v.refH[p])}
+	feeds := map[string]onnxgraph.Tensor{"hidden_in": v.hiddenTensor(v.refH[p])}
 	type refOut struct{ k, v []float32 }
 	refs := map[int]refOut{}
 	x := v.refH[p]
 	for _, li := range g.LayerInfos() {
 		lc := v.caches[li.Layer]
-		st := &CacheState{Info: li, KV: lc.KVHeads, D: lc.HeadDim, Key: lc.Key, Value: lc.Value, Written: lc.Filled}
-		if li.Layout == LayoutRoll {
+		st := &onnxgraph.CacheState{Info: li, KV: lc.KVHeads, D: lc.HeadDim, Key: lc.Key, Value: lc.Value, Written: lc.Filled}
+		if li.Layout == onnxgraph.LayoutRoll {
 			st.Written = nil
 			st.Filled = countTrue(lc.Filled)
 		}
-		for k, t := range st.Feeds(v.dt, p, mv, LayerSuffix(g.Kind, li.Layer)) {
+		for k, t := range st.Feeds(v.dt, p, mv, onnxgraph.LayerSuffix(g.Kind, li.Layer)) {
 			feeds[k] = t
 		}
 		out, k, val, err := v.ref.DecodeLayer(li.Layer, x, p, lc)
@@ -391,14 +394,14 @@ func (v *verifier) layerStep(sess *Session, g GraphEntry, p int) error {
 	}
 	v.acc(g.File, "hidden_out").add(x, got["hidden_out"].Floats())
 	for _, li := range g.LayerInfos() {
-		sfx := LayerSuffix(g.Kind, li.Layer)
+		sfx := onnxgraph.LayerSuffix(g.Kind, li.Layer)
 		lc := v.caches[li.Layer]
-		before := &CacheState{Info: li, KV: lc.KVHeads, D: lc.HeadDim, Key: append([]float32(nil), lc.Key...), Value: append([]float32(nil), lc.Value...), Written: make([]bool, li.CacheSlots)}
+		before := &onnxgraph.CacheState{Info: li, KV: lc.KVHeads, D: lc.HeadDim, Key: append([]float32(nil), lc.Key...), Value: append([]float32(nil), lc.Value...), Written: make([]bool, li.CacheSlots)}
 		k, val, err := before.Update(got, p, sfx)
 		if err != nil {
 			return err
 		}
-		if li.Layout == LayoutRoll {
+		if li.Layout == onnxgraph.LayoutRoll {
 			v.report.ShiftErrors += shiftErrors(lc, got, sfx, v.dt)
 		}
 		v.acc(g.File, "key"+sfx).add(refs[li.Layer].k, k)
@@ -410,11 +413,11 @@ func (v *verifier) layerStep(sess *Session, g GraphEntry, p int) error {
 }
 
 // chainStep runs the graph on ORT's own residual and caches.
-func (v *verifier) chainStep(sess *Session, g GraphEntry, p int) error {
+func (v *verifier) chainStep(sess *ortrun.Session, g onnxgraph.GraphEntry, p int) error {
 	mv := float32(v.man.MaskValue)
-	feeds := map[string]Tensor{"hidden_in": v.hiddenTensor(v.chainH[p])}
+	feeds := map[string]onnxgraph.Tensor{"hidden_in": v.hiddenTensor(v.chainH[p])}
 	for _, li := range g.LayerInfos() {
-		for k, t := range v.chain[li.Layer].Feeds(v.dt, p, mv, LayerSuffix(g.Kind, li.Layer)) {
+		for k, t := range v.chain[li.Layer].Feeds(v.dt, p, mv, onnxgraph.LayerSuffix(g.Kind, li.Layer)) {
 			feeds[k] = t
 		}
 	}
@@ -423,7 +426,7 @@ func (v *verifier) chainStep(sess *Session, g GraphEntry, p int) error {
 		return err
 	}
 	for _, li := range g.LayerInfos() {
-		if _, _, err := v.chain[li.Layer].Update(out, p, LayerSuffix(g.Kind, li.Layer)); err != nil {
+		if _, _, err := v.chain[li.Layer].Update(out, p, onnxgraph.LayerSuffix(g.Kind, li.Layer)); err != nil {
 			return err
 		}
 	}
@@ -434,10 +437,10 @@ func (v *verifier) chainStep(sess *Session, g GraphEntry, p int) error {
 // shiftErrors counts slots of a roll graph's present_* that are not the
 // input cache shifted by one (a copy: it must be exact, at the graph's
 // precision).
-func shiftErrors(lc *forward.LayerCache, out map[string]Tensor, sfx string, dt DType) int {
+func shiftErrors(lc *forward.LayerCache, out map[string]onnxgraph.Tensor, sfx string, dt onnxgraph.DType) int {
 	C, D, KV := lc.Slots, lc.HeadDim, lc.KVHeads
 	pk, pv := out["present_key"+sfx].Floats(), out["present_value"+sfx].Floats()
-	round := func(x float32) float32 { return FloatTensor(dt, []int64{1}, []float32{x}).Floats()[0] }
+	round := func(x float32) float32 { return onnxgraph.FloatTensor(dt, []int64{1}, []float32{x}).Floats()[0] }
 	bad := 0
 	for g := range KV {
 		for d := range D {

@@ -1,4 +1,4 @@
-package onnxgraph
+package ortrun
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"slices"
 	"sync"
 
-	"sparkconv/dtype"
+	"sparkconv/onnxgraph"
 
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -82,9 +82,9 @@ var ortState struct {
 	lib string
 }
 
-// InitORT loads the ONNX Runtime library once per process. Calling it again
+// Init loads the ONNX Runtime library once per process. Calling it again
 // with the same path is a no-op; another path is an error.
-func InitORT(lib string) error {
+func Init(lib string) error {
 	ortState.Lock()
 	defer ortState.Unlock()
 	if ortState.lib != "" {
@@ -101,61 +101,8 @@ func InitORT(lib string) error {
 	return nil
 }
 
-// ORTVersion is the loaded library's version string.
-func ORTVersion() string { return ort.GetVersion() }
-
-// Tensor is a named value fed to or read from a session. Exactly one of
-// F32, F16 (IEEE half bits) or I64 holds the data, matching DType.
-type Tensor struct {
-	DType DType
-	Shape []int64
-	F32   []float32
-	F16   []uint16
-	I64   []int64
-}
-
-// F32Tensor, F16Tensor and I64Tensor wrap data with a shape.
-func F32Tensor(shape []int64, v []float32) Tensor {
-	return Tensor{DType: Float32, Shape: shape, F32: v}
-}
-func I64Tensor(shape []int64, v []int64) Tensor { return Tensor{DType: Int64, Shape: shape, I64: v} }
-
-// F16Tensor rounds v to float16.
-func F16Tensor(shape []int64, v []float32) Tensor {
-	h := make([]uint16, len(v))
-	for i, x := range v {
-		h[i] = dtype.F32ToF16(x)
-	}
-	return Tensor{DType: Float16, Shape: shape, F16: h}
-}
-
-// FloatTensor makes a Float32 or Float16 tensor from float32 values.
-func FloatTensor(dt DType, shape []int64, v []float32) Tensor {
-	if dt == Float16 {
-		return F16Tensor(shape, v)
-	}
-	return F32Tensor(shape, v)
-}
-
-// Floats returns the values as float32 (widening float16).
-func (t Tensor) Floats() []float32 {
-	if t.DType == Float16 {
-		out := make([]float32, len(t.F16))
-		for i, h := range t.F16 {
-			out[i] = dtype.F16ToF32(h)
-		}
-		return out
-	}
-	return t.F32
-}
-
-func numel(shape []int64) int64 {
-	n := int64(1)
-	for _, d := range shape {
-		n *= d
-	}
-	return n
-}
+// Version is the loaded library's version string.
+func Version() string { return ort.GetVersion() }
 
 // SessionOptions tunes a session.
 type SessionOptions struct {
@@ -183,8 +130,8 @@ func optLevel(s string) (ort.GraphOptimizationLevel, error) {
 // Session is one loaded model.
 type Session struct {
 	sess    *ort.DynamicAdvancedSession
-	Inputs  []ValueInfo
-	Outputs []ValueInfo
+	Inputs  []onnxgraph.ValueInfo
+	Outputs []onnxgraph.ValueInfo
 }
 
 // NewSession loads a self-contained model from bytes.
@@ -217,7 +164,7 @@ type sessionMaker func(in, out []string, so *ort.SessionOptions) (*ort.DynamicAd
 
 func newSession(in, out []ort.InputOutputInfo, opt SessionOptions, make sessionMaker) (*Session, error) {
 	if !ort.IsInitialized() {
-		return nil, errors.New("ONNX Runtime not loaded (call InitORT)")
+		return nil, errors.New("ONNX Runtime not loaded (call ortrun.Init)")
 	}
 	s := &Session{}
 	var inNames, outNames []string
@@ -264,15 +211,15 @@ func newSession(in, out []ort.InputOutputInfo, opt SessionOptions, make sessionM
 	return s, nil
 }
 
-func ortValueInfo(i ort.InputOutputInfo) (ValueInfo, error) {
-	vi := ValueInfo{Name: i.Name, Shape: append([]int64(nil), i.Dimensions...)}
+func ortValueInfo(i ort.InputOutputInfo) (onnxgraph.ValueInfo, error) {
+	vi := onnxgraph.ValueInfo{Name: i.Name, Shape: append([]int64(nil), i.Dimensions...)}
 	switch i.DataType {
 	case ort.TensorElementDataTypeFloat:
-		vi.DType = Float32
+		vi.DType = onnxgraph.Float32
 	case ort.TensorElementDataTypeFloat16:
-		vi.DType = Float16
+		vi.DType = onnxgraph.Float16
 	case ort.TensorElementDataTypeInt64:
-		vi.DType = Int64
+		vi.DType = onnxgraph.Int64
 	default:
 		return vi, fmt.Errorf("value %s has element type %s, which sparkconv does not use", i.Name, i.DataType)
 	}
@@ -290,7 +237,7 @@ func (s *Session) Close() error {
 }
 
 // Run feeds every input by name and returns every output by name.
-func (s *Session) Run(feeds map[string]Tensor) (map[string]Tensor, error) {
+func (s *Session) Run(feeds map[string]onnxgraph.Tensor) (map[string]onnxgraph.Tensor, error) {
 	var values []ort.Value
 	defer func() {
 		for _, v := range values {
@@ -314,31 +261,31 @@ func (s *Session) Run(feeds map[string]Tensor) (map[string]Tensor, error) {
 		return nil, fmt.Errorf("fed %d tensors, the model has %d inputs", len(feeds), len(s.Inputs))
 	}
 	outs := make([]ort.Value, len(s.Outputs))
-	results := map[string]Tensor{}
+	results := map[string]onnxgraph.Tensor{}
 	var dynamic []int
 	for i, vi := range s.Outputs {
 		if !static(vi.Shape) {
-			if vi.DType == Float16 {
+			if vi.DType == onnxgraph.Float16 {
 				return nil, fmt.Errorf("output %s: float16 outputs need a static shape (have %v)", vi.Name, vi.Shape)
 			}
 			dynamic = append(dynamic, i) // ONNX Runtime allocates it
 			continue
 		}
-		t := Tensor{DType: vi.DType, Shape: vi.Shape}
-		n := numel(vi.Shape)
+		t := onnxgraph.Tensor{DType: vi.DType, Shape: vi.Shape}
+		n := onnxgraph.Numel(vi.Shape)
 		var v ort.Value
 		var err error
 		switch vi.DType {
-		case Float32:
+		case onnxgraph.Float32:
 			t.F32 = make([]float32, n)
 			v, err = ort.NewTensor(ort.Shape(vi.Shape), t.F32)
-		case Float16:
+		case onnxgraph.Float16:
 			t.F16 = make([]uint16, n)
 			// float16 goes through CustomDataTensor; pre-allocating avoids
 			// onnxruntime_go's output copy, which sizes custom types by
 			// element count instead of bytes.
 			v, err = ort.NewCustomDataTensor(ort.Shape(vi.Shape), u16Bytes(t.F16), ort.TensorElementDataTypeFloat16)
-		case Int64:
+		case onnxgraph.Int64:
 			t.I64 = make([]int64, n)
 			v, err = ort.NewTensor(ort.Shape(vi.Shape), t.I64)
 		}
@@ -356,9 +303,9 @@ func (s *Session) Run(feeds map[string]Tensor) (map[string]Tensor, error) {
 		values = append(values, outs[i])
 		switch v := outs[i].(type) {
 		case *ort.Tensor[float32]:
-			results[s.Outputs[i].Name] = F32Tensor(v.GetShape(), append([]float32(nil), v.GetData()...))
+			results[s.Outputs[i].Name] = onnxgraph.F32Tensor(v.GetShape(), append([]float32(nil), v.GetData()...))
 		case *ort.Tensor[int64]:
-			results[s.Outputs[i].Name] = I64Tensor(v.GetShape(), append([]int64(nil), v.GetData()...))
+			results[s.Outputs[i].Name] = onnxgraph.I64Tensor(v.GetShape(), append([]int64(nil), v.GetData()...))
 		default:
 			return nil, fmt.Errorf("output %s: unexpected value type %T", s.Outputs[i].Name, outs[i])
 		}
@@ -366,26 +313,26 @@ func (s *Session) Run(feeds map[string]Tensor) (map[string]Tensor, error) {
 	return results, nil
 }
 
-func toORT(vi ValueInfo, t Tensor) (ort.Value, error) {
+func toORT(vi onnxgraph.ValueInfo, t onnxgraph.Tensor) (ort.Value, error) {
 	if t.DType != vi.DType {
 		return nil, fmt.Errorf("fed %s, model wants %s", t.DType, vi.DType)
 	}
 	if !slices.Equal(t.Shape, vi.Shape) {
 		return nil, fmt.Errorf("fed shape %v, model wants %v", t.Shape, vi.Shape)
 	}
-	n := numel(t.Shape)
+	n := onnxgraph.Numel(t.Shape)
 	switch t.DType {
-	case Float32:
+	case onnxgraph.Float32:
 		if int64(len(t.F32)) != n {
 			return nil, fmt.Errorf("%d values for shape %v", len(t.F32), t.Shape)
 		}
 		return ort.NewTensor(ort.Shape(t.Shape), t.F32)
-	case Float16:
+	case onnxgraph.Float16:
 		if int64(len(t.F16)) != n {
 			return nil, fmt.Errorf("%d values for shape %v", len(t.F16), t.Shape)
 		}
 		return ort.NewCustomDataTensor(ort.Shape(t.Shape), u16Bytes(t.F16), ort.TensorElementDataTypeFloat16)
-	case Int64:
+	case onnxgraph.Int64:
 		if int64(len(t.I64)) != n {
 			return nil, fmt.Errorf("%d values for shape %v", len(t.I64), t.Shape)
 		}

@@ -1,17 +1,74 @@
-package onnxgraph
+package onnxio
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"sort"
 
 	"sparkconv/onnxpb"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
+
+// ReadModelFile parses an .onnx file. The file is memory-mapped rather than
+// read into the heap, so a model is held once (as parsed messages), not
+// twice. External data files are not opened.
+func ReadModelFile(path string) (*onnxpb.ModelProto, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case st.IsDir():
+		return nil, fmt.Errorf("%s is a folder, not an .onnx file", path)
+	case st.Size() == 0:
+		return nil, fmt.Errorf("%s is empty", path)
+	case st.Size() > math.MaxInt32:
+		return nil, fmt.Errorf("%s is %d bytes, above protobuf's 2 GiB limit: not an ONNX model", path, st.Size())
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %s: %w", path, err)
+	}
+	defer unix.Munmap(data)
+	m := &onnxpb.ModelProto{}
+	// Unmarshal copies bytes and strings out of data, so unmapping after
+	// it returns is safe.
+	if err := proto.Unmarshal(data, m); err != nil {
+		return nil, fmt.Errorf("%s: not an ONNX ModelProto: %w", path, err)
+	}
+	return m, nil
+}
+
+// ExternalLocations lists, sorted and once each, the external data files
+// the model's initializers refer to (relative to the model's folder).
+func ExternalLocations(m *onnxpb.ModelProto) []string {
+	set := map[string]bool{}
+	for _, t := range m.GetGraph().GetInitializer() {
+		for _, kv := range t.GetExternalData() {
+			if kv.GetKey() == "location" {
+				set[kv.GetValue()] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
 
 // ReadStructure reads an .onnx file's model, graph, nodes, inputs, outputs
 // and initializers, streaming, but drops the raw_data of every initializer
