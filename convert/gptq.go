@@ -13,11 +13,15 @@ package convert
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"slices"
 
 	"sparkconv/dtype"
+	"sparkconv/forward"
 	"sparkconv/quant"
+	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
 
@@ -172,4 +176,113 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 		set["tie_word_embeddings"] = false
 	}
 	return j.FinishInt4(tensors, src, set)
+}
+
+// gptqReader reads a GPTQ v1 4-bit checkpoint back as vLLM's CPU path runs
+// it (formats.md 1.6): w = (q - 8) * scale per group (vLLM ignores qzeros
+// and pins the zero at 8, so the reader refuses qzeros that say anything
+// else), g_idx = k / g (desc_act false). A bf16 model runs the W4A8 kernel
+// int4_scaled_mm_cpu, whose input is quantized to int8 per token by
+// quantize_row_int8; an f16 or f32 model falls back to cpu_gemm_wna16 with
+// activations in the model dtype.
+type gptqReader struct {
+	group     int
+	quantHead bool
+	act       dtype.DType
+}
+
+func newGPTQReader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
+	var c struct {
+		Bits    int    `json:"bits"`
+		Group   int    `json:"group_size"`
+		Sym     bool   `json:"sym"`
+		DescAct bool   `json:"desc_act"`
+		Format  string `json:"checkpoint_format"`
+		Head    bool   `json:"lm_head"`
+	}
+	if err := json.Unmarshal(qc, &c); err != nil {
+		return nil, err
+	}
+	if c.Bits != 4 || !c.Sym || c.DescAct || c.Group <= 0 || c.Group%8 != 0 || (c.Format != "" && c.Format != "gptq") {
+		return nil, fmt.Errorf("gptq: want bits 4, sym true, desc_act false, a group size that is a multiple of 8, checkpoint_format gptq; got bits %d, sym %v, desc_act %v, group_size %d, checkpoint_format %q",
+			c.Bits, c.Sym, c.DescAct, c.Group, c.Format)
+	}
+	return gptqReader{group: c.Group, quantHead: c.Head, act: act}, nil
+}
+
+// w4a8 reports whether vLLM runs the W4A8 kernel (bf16 model).
+func (r gptqReader) w4a8() bool { return r.act == dtype.BF16 }
+
+func (r gptqReader) describe() string {
+	kernel := "W4A8, int8 per-token activations"
+	if !r.w4a8() {
+		kernel = fmt.Sprintf("W4A16 path for a %s model", r.act)
+	}
+	head := ""
+	if r.quantHead {
+		head = ", quantized head"
+	}
+	return fmt.Sprintf("GPTQ 4-bit g%d (%s%s)", r.group, kernel, head)
+}
+
+func (r gptqReader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {
+	if s.Kind != spark.KindLinear && (s.Kind != spark.KindHead || !r.quantHead) {
+		return false, nil
+	}
+	mod, n, k := s.Module(), s.Shape[0], s.Shape[1]
+	if k%int64(r.group) != 0 || n%8 != 0 {
+		return true, fmt.Errorf("%s [%d, %d]: group %d does not divide K or N is not a multiple of 8", mod, n, k, r.group)
+	}
+	g := k / int64(r.group)
+	for _, p := range []struct {
+		suffix string
+		dt     dtype.DType
+		shape  []int64
+	}{{"qweight", dtype.I32, []int64{k / 8, n}}, {"qzeros", dtype.I32, []int64{g, n / 8}}, {"scales", dtype.F16, []int64{g, n}}, {"g_idx", dtype.I32, []int64{k}}} {
+		if err := checkPart(ck, mod+"."+p.suffix, p.dt, p.shape...); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+func (r gptqReader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, dst []float32) (forward.Act, error) {
+	mod, n, k := s.Module(), int(s.Shape[0]), int(s.Shape[1])
+	raw := map[string][]byte{}
+	for _, p := range []string{"qweight", "qzeros", "scales", "g_idx"} {
+		_, b, err := ck.Raw(mod + "." + p)
+		if err != nil {
+			return forward.Act{}, err
+		}
+		raw[p] = b
+	}
+	groups := k / r.group
+	zeros := make([]uint8, groups*n)
+	if err := quant.UnpackGPTQQZeros(zeros, raw["qzeros"], groups, n); err != nil {
+		return forward.Act{}, fmt.Errorf("%s.qzeros: %w", mod, err)
+	}
+	if i := slices.IndexFunc(zeros, func(z uint8) bool { return z != 8 }); i >= 0 {
+		return forward.Act{}, fmt.Errorf("%s.qzeros: zero point %d at group %d, column %d: vLLM's CPU GPTQ path ignores qzeros and uses 8, so this checkpoint would not run as written", mod, zeros[i], i/n, i%n)
+	}
+	for kk := range k {
+		if g := binary.LittleEndian.Uint32(raw["g_idx"][4*kk:]); int(g) != kk/r.group {
+			return forward.Act{}, fmt.Errorf("%s.g_idx[%d] = %d, want %d (desc_act is false, so vLLM ignores g_idx and uses k / group_size)", mod, kk, g, kk/r.group)
+		}
+	}
+	res := quant.Int4Result{N: n, K: k, Group: r.group, Codes: make([]uint8, n*k), Scales: make([]float32, n*groups)}
+	if err := quant.UnpackGPTQQWeight(res.Codes, raw["qweight"], n, k); err != nil {
+		return forward.Act{}, fmt.Errorf("%s.qweight: %w", mod, err)
+	}
+	if err := quant.UnpackGPTQScales(res.Scales, raw["scales"], n, groups); err != nil {
+		return forward.Act{}, fmt.Errorf("%s.scales: %w", mod, err)
+	}
+	dequantizeInt4(&res, dst)
+	if r.w4a8() {
+		return forward.Act{DType: dtype.BF16, Int8: forward.Int8VLLMRow}, nil
+	}
+	return forward.Act{DType: r.act}, nil
+}
+
+func (gptqReader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {
+	releaseParts(ck, s.Module(), "qweight", "qzeros", "scales", "g_idx")
 }

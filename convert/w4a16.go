@@ -5,12 +5,15 @@ package convert
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
 	"sparkconv/dtype"
+	"sparkconv/forward"
 	"sparkconv/quant"
+	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
 
@@ -184,4 +187,98 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 		set["tie_word_embeddings"] = false
 	}
 	return j.FinishInt4(tensors, src, set)
+}
+
+// w4a16Reader reads a cpu_int4 checkpoint back: w = (q - 8) * scale + zero
+// per group, from any of the three qweight packs; tinygemm multiplies the
+// activations in the model dtype (bf16 for a bf16 model), unquantized.
+type w4a16Reader struct {
+	group     int
+	pack      string
+	quantHead bool
+	sdt       quant.ScaleDType
+	act       dtype.DType
+}
+
+func newW4A16Reader(qc json.RawMessage, _ dtype.DType) (formatReader, error) {
+	var c struct {
+		Bits   int    `json:"bits"`
+		Group  int    `json:"group_size"`
+		Pack   string `json:"pack"`
+		Scales string `json:"scales_dtype"`
+		Head   bool   `json:"lm_head"`
+		Domain string `json:"zero_point_domain"`
+	}
+	if err := json.Unmarshal(qc, &c); err != nil {
+		return nil, err
+	}
+	if c.Bits != 4 || c.Domain != "float" || !slices.Contains(W4A16GroupSizes, c.Group) || !slices.Contains(W4A16Packs, c.Pack) {
+		return nil, fmt.Errorf("cpu_int4: want bits 4, zero_point_domain float, group_size in %v and pack in %v; got bits %d, %q, group_size %d, pack %q",
+			W4A16GroupSizes, W4A16Packs, c.Bits, c.Domain, c.Group, c.Pack)
+	}
+	r := w4a16Reader{group: c.Group, pack: c.Pack, quantHead: c.Head}
+	switch c.Scales {
+	case "bfloat16":
+		r.sdt, r.act = quant.ScaleBF16, dtype.BF16
+	case "float16":
+		r.sdt, r.act = quant.ScaleF16, dtype.F16
+	case "float32":
+		r.sdt, r.act = quant.ScaleF32, dtype.F32
+	default:
+		return nil, fmt.Errorf("cpu_int4: scales_dtype %q is not bfloat16, float16 or float32", c.Scales)
+	}
+	return r, nil
+}
+
+func (r w4a16Reader) describe() string {
+	head := ""
+	if r.quantHead {
+		head = ", quantized head"
+	}
+	return fmt.Sprintf("W4A16 (tinygemm cpu_int4 g%d, %s pack, %s activations%s)", r.group, r.pack, r.act, head)
+}
+
+func (r w4a16Reader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {
+	if s.Kind != spark.KindLinear && (s.Kind != spark.KindHead || !r.quantHead) {
+		return false, nil
+	}
+	mod, n, k := s.Module(), s.Shape[0], s.Shape[1]
+	if err := checkPart(ck, mod+".qweight", dtype.U8, n, k/2); err != nil {
+		return true, err
+	}
+	return true, checkPart(ck, mod+".scales_and_zeros", dtype.DType(r.sdt.String()), k/int64(r.group), n, 2)
+}
+
+func (r w4a16Reader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, dst []float32) (forward.Act, error) {
+	mod, n, k := s.Module(), int(s.Shape[0]), int(s.Shape[1])
+	_, qw, err := ck.Raw(mod + ".qweight")
+	if err != nil {
+		return forward.Act{}, err
+	}
+	_, sz, err := ck.Raw(mod + ".scales_and_zeros")
+	if err != nil {
+		return forward.Act{}, err
+	}
+	groups := k / r.group
+	res := quant.Int4Result{N: n, K: k, Group: r.group, Codes: make([]uint8, n*k), Scales: make([]float32, n*groups), Zeros: make([]float32, n*groups)}
+	switch r.pack {
+	case "avx512":
+		err = quant.UnpackTinygemmKernel(res.Codes, qw, n, k, quant.LayoutAVX512)
+	case "avx2":
+		err = quant.UnpackTinygemmKernel(res.Codes, qw, n, k, quant.LayoutAVX2)
+	default:
+		err = quant.UnpackTinygemm(res.Codes, qw, n, k)
+	}
+	if err == nil {
+		err = quant.UnpackTinygemmScalesZeros(res.Scales, res.Zeros, sz, n, groups, r.sdt)
+	}
+	if err != nil {
+		return forward.Act{}, fmt.Errorf("%s: %w", mod, err)
+	}
+	dequantizeInt4(&res, dst)
+	return forward.Act{DType: r.act}, nil
+}
+
+func (w4a16Reader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {
+	releaseParts(ck, s.Module(), "qweight", "scales_and_zeros")
 }

@@ -2,10 +2,13 @@ package convert
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"unsafe"
 
 	"sparkconv/dtype"
+	"sparkconv/forward"
+	"sparkconv/kernels"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -147,4 +150,86 @@ func scaleDType(dt dtype.DType) quant.ScaleDType {
 		return quant.ScaleF16
 	}
 	return quant.ScaleF32
+}
+
+// w8a8Reader reads a compressed-tensors W8A8 checkpoint back: w = q *
+// weight_scale per output channel; the runtime (vLLM's
+// CompressedTensorsW8A8Int8, dynamic per-token input) quantizes each
+// linear's input to int8 per token.
+type w8a8Reader struct {
+	act dtype.DType // model dtype: weight_scale's dtype and the activations'
+}
+
+func newW8A8Reader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
+	var c struct {
+		Format string `json:"format"`
+		Groups map[string]struct {
+			Weights struct {
+				NumBits  int    `json:"num_bits"`
+				Strategy string `json:"strategy"`
+				Sym      bool   `json:"symmetric"`
+			} `json:"weights"`
+			Input *struct {
+				NumBits  int    `json:"num_bits"`
+				Strategy string `json:"strategy"`
+				Dynamic  bool   `json:"dynamic"`
+			} `json:"input_activations"`
+		} `json:"config_groups"`
+	}
+	if err := json.Unmarshal(qc, &c); err != nil {
+		return nil, err
+	}
+	g, ok := c.Groups["group_0"]
+	if c.Format != "int-quantized" || len(c.Groups) != 1 || !ok {
+		return nil, fmt.Errorf("compressed-tensors: only sparkconv's W8A8 (format int-quantized, one config group) is read, got format %q with %d groups", c.Format, len(c.Groups))
+	}
+	w, in := g.Weights, g.Input
+	if w.NumBits != 8 || w.Strategy != "channel" || !w.Sym || in == nil || in.NumBits != 8 || in.Strategy != "token" || !in.Dynamic {
+		return nil, fmt.Errorf("compressed-tensors: only int8 symmetric per-channel weights with dynamic per-token int8 inputs are read")
+	}
+	return w8a8Reader{act: act}, nil
+}
+
+func (r w8a8Reader) describe() string {
+	return fmt.Sprintf("W8A8 (compressed-tensors int8 per channel, %s scales, int8 per-token activations)", r.act)
+}
+
+func (r w8a8Reader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {
+	if s.Kind != spark.KindLinear {
+		return false, nil
+	}
+	mod := s.Module()
+	if err := checkPart(ck, mod+".weight", dtype.I8, s.Shape...); err != nil {
+		return true, err
+	}
+	return true, checkPart(ck, mod+".weight_scale", r.act, s.Shape[0], 1)
+}
+
+func (r w8a8Reader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, dst []float32) (forward.Act, error) {
+	mod := s.Module()
+	_, q, err := ck.Raw(mod + ".weight")
+	if err != nil {
+		return forward.Act{}, err
+	}
+	_, sc, err := ck.Raw(mod + ".weight_scale")
+	if err != nil {
+		return forward.Act{}, err
+	}
+	n, k := int(s.Shape[0]), int(s.Shape[1])
+	scales := make([]float32, n)
+	if err := dtype.ToFloat32(scales, sc, r.act); err != nil {
+		return forward.Act{}, fmt.Errorf("%s.weight_scale: %w", mod, err)
+	}
+	kernels.Parallel(n, func(lo, hi int) {
+		for row := lo; row < hi; row++ {
+			p := quant.Int8{Scale: scales[row]}
+			codes := unsafe.Slice((*int8)(unsafe.Pointer(&q[row*k])), k)
+			p.Dequantize(dst[row*k:(row+1)*k], codes)
+		}
+	})
+	return forward.Act{DType: r.act, Int8: forward.Int8Dynamic}, nil
+}
+
+func (w8a8Reader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {
+	releaseParts(ck, s.Module(), "weight", "weight_scale")
 }

@@ -173,9 +173,9 @@ func (m *Model) decodeAttentionBlock(l *Layer, hidden []float32, pos int, cache 
 	h := make([]float32, H)
 	m.rmsNorm(h, hidden, l.InNorm)
 	qkv := make([]float32, W)
-	kernels.MatVecNT(qkv, l.QKV, h, W, H)
+	kernels.MatVecNT(qkv, l.QKV, m.actIn(l.Act[actQKV], h, H), W, H)
 	gate := make([]float32, NH)
-	kernels.MatVecNT(gate, l.G, h, NH, H)
+	kernels.MatVecNT(gate, l.G, m.actIn(l.Act[actG], h, H), NH, H)
 	kernels.Sigmoid(gate)
 	cos, sin := m.RoPE(l.Index, pos)
 	for hd := range NH + c.NumKVHeads {
@@ -187,7 +187,7 @@ func (m *Model) decodeAttentionBlock(l *Layer, hidden []float32, pos int, cache 
 	m.decodeAttention(qkv, cache, att)
 	m.applyGate(att, gate, 1)
 	out = make([]float32, H)
-	kernels.MatVecNT(out, l.O, att, H, QD)
+	kernels.MatVecNT(out, l.O, m.actIn(l.Act[actO], att, QD), H, QD)
 	addInto(out, hidden)
 	return out, newK, newV
 }
@@ -198,12 +198,12 @@ func (m *Model) decodeMLPBlock(l *Layer, x []float32) {
 	h := make([]float32, H)
 	m.rmsNorm(h, x, l.PostNorm)
 	g, u := make([]float32, I), make([]float32, I)
-	kernels.MatVecNT(g, l.Gate, h, I, H)
-	kernels.MatVecNT(u, l.Up, h, I, H)
+	kernels.MatVecNT(g, l.Gate, m.actIn(l.Act[actGate], h, H), I, H)
+	kernels.MatVecNT(u, l.Up, m.actIn(l.Act[actUp], h, H), I, H)
 	m.gelu(g)
 	mulInto(g, u)
 	mlp := make([]float32, H)
-	kernels.MatVecNT(mlp, l.Down, g, H, I)
+	kernels.MatVecNT(mlp, l.Down, m.actIn(l.Act[actDown], g, I), H, I)
 	addInto(x, mlp)
 }
 

@@ -30,8 +30,8 @@ const residentBudget = 2 << 30
 
 // Model runs the reference forward of an opened Spark checkpoint.
 type Model struct {
-	Spark *spark.Model
-	Cfg   *spark.Config
+	W   Weights
+	Cfg *spark.Config
 
 	layers    *layerCache
 	headRows  int       // rows of the head widened per block
@@ -41,11 +41,13 @@ type Model struct {
 	embType   dtype.DType
 	headRaw   []byte
 	headType  dtype.DType
+	headAct   Act // input rule of a quantized head
 	ropeCache map[ropeKey]*ropeTable
 	bufs      map[string][]float32 // work buffers, see scratch
 }
 
-// Open opens the checkpoint folder dir (spark.Open) and wraps it.
+// Open opens the original checkpoint folder dir (spark.Open, which
+// refuses a quantized one) and wraps it.
 func Open(dir string, opt Options) (*Model, error) {
 	sm, err := spark.Open(dir)
 	if err != nil {
@@ -59,25 +61,42 @@ func Open(dir string, opt Options) (*Model, error) {
 	return m, nil
 }
 
-// New wraps an opened checkpoint. Nothing large is read yet.
+// New wraps an opened original checkpoint. Nothing large is read yet.
 func New(sm *spark.Model, opt Options) (*Model, error) {
-	c := sm.Config
-	m := &Model{Spark: sm, Cfg: c, ropeCache: map[ropeKey]*ropeTable{}, bufs: map[string][]float32{}}
-	var err error
-	if _, m.norm, err = sm.Float32(spark.NormName); err != nil {
+	return NewWeights(CheckpointWeights{sm}, opt)
+}
+
+// NewWeights runs the forward on any Weights: an original checkpoint or a
+// quantized output's reader. Nothing large is read yet, except a quantized
+// head, which is dequantized once and kept.
+func NewWeights(w Weights, opt Options) (*Model, error) {
+	c := w.Config()
+	m := &Model{W: w, Cfg: c, ropeCache: map[ropeKey]*ropeTable{}, bufs: map[string][]float32{}}
+	m.norm = make([]float32, c.HiddenSize)
+	if _, err := widenTensor(w, spark.NormName, m.norm, false); err != nil {
 		return nil, err
 	}
-	ti, raw, err := sm.Raw(spark.EmbedName)
+	dt, raw, ok, err := w.Float(spark.EmbedName)
 	if err != nil {
 		return nil, err
 	}
-	m.embRaw, m.embType = raw, ti.DType
-	ti, raw, err = sm.Raw(c.HeadWeight())
-	if err != nil {
-		return nil, err
+	if !ok {
+		return nil, fmt.Errorf("%s: the embedding %s is quantized; no sparkconv format does that", w.Describe(), spark.EmbedName)
 	}
-	m.headRaw, m.headType = raw, ti.DType
+	m.embRaw, m.embType = raw, dt
 	m.planMemory(opt)
+	if dt, raw, ok, err = w.Float(c.HeadWeight()); err != nil {
+		return nil, err
+	}
+	if ok {
+		m.headRaw, m.headType = raw, dt
+		return m, nil
+	}
+	m.head = make([]float32, c.VocabSize*c.HiddenSize)
+	if m.headAct, err = widenTensor(w, c.HeadWeight(), m.head, true); err != nil {
+		return nil, err
+	}
+	m.headRows = c.VocabSize
 	return m, nil
 }
 
@@ -105,7 +124,7 @@ func (m *Model) planMemory(opt Options) {
 }
 
 // Close releases the checkpoint.
-func (m *Model) Close() error { return m.Spark.Close() }
+func (m *Model) Close() error { return m.W.Close() }
 
 // layerParams is the number of weights in one layer.
 func layerParams(c *spark.Config) int64 {
@@ -142,6 +161,9 @@ type Layer struct {
 	Gate     []float32 // [I, H] mlp.gate_proj
 	Up       []float32 // [I, H] mlp.up_proj
 	Down     []float32 // [H, I] mlp.down_proj
+	// Act is the input rule of each field's linear (fields order): the
+	// zero Act (float32) unless the format quantized it.
+	Act [8]Act
 }
 
 func (l *Layer) fields() []*[]float32 {
@@ -184,26 +206,38 @@ func (m *Model) Layer(i int) (*Layer, error) {
 
 func (m *Model) loadLayer(l *Layer, i int) error {
 	l.Index, l.Sliding = i, m.Cfg.IsSliding(i)
+	sizes := layerSizes(m.Cfg)
 	for k, f := range l.fields() {
 		name := spark.LayerWeight(i, layerModules[k])
-		ti, raw, err := m.Spark.Raw(name)
-		if err != nil {
-			return err
-		}
-		n := int(ti.NumElements())
+		n := sizes[k]
 		if cap(*f) < n {
 			*f = make([]float32, n)
 		}
 		*f = (*f)[:n]
-		if err := widen(*f, raw, ti.DType); err != nil {
-			return fmt.Errorf("%s: tensor %s: %w", m.Spark.File(name), name, err)
+		act, err := widenTensor(m.W, name, *f, m.streaming())
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.W.Describe(), err)
 		}
-		if m.streaming() {
-			releasePages(raw)
-		}
+		l.Act[k] = act
 	}
 	return nil
 }
+
+// layerSizes is the number of values of each Layer field.
+func layerSizes(c *spark.Config) [8]int {
+	h, in, qd := c.HiddenSize, c.IntermediateSize, c.QDim()
+	return [8]int{h, (qd + 2*c.KVDim()) * h, c.NumHeads * h, h * qd, h, in * h, in * h, h * in}
+}
+
+// Layer field indexes (Layer.Act).
+const (
+	actQKV  = 1
+	actG    = 2
+	actO    = 3
+	actGate = 5
+	actUp   = 6
+	actDown = 7
+)
 
 // streaming reports whether layers are evicted (the model is too large to
 // keep): then the mapped checkpoint pages are released after widening.
@@ -293,6 +327,7 @@ func (m *Model) HeadBlocks(fn []float32, T int, visit func(v0, v1 int, logits []
 			return fmt.Errorf("head %s: %w", c.HeadWeight(), err)
 		}
 	}
+	fn = m.actIn(m.headAct, fn, h)
 	var w []float32
 	if m.head == nil {
 		w = make([]float32, m.headRows*h)

@@ -24,15 +24,19 @@ const (
 type PrefillOptions struct {
 	// Dump keeps every layer's input, keys and values, the last residual
 	// and the final norm in the Result.
-	Dump     bool
-	Logits   LogitsMode
-	Observer Observer // sees every intermediate tensor, when not nil
+	Dump   bool
+	Logits LogitsMode
+	// LogitsFrom, with AllLogits, skips the head for positions before it:
+	// Result.Logits is then [T-LogitsFrom, V] (what an evaluation that
+	// scores the second half of a window needs).
+	LogitsFrom int
+	Observer   Observer // sees every intermediate tensor, when not nil
 }
 
 // Result holds what Prefill computed, row-major, for T positions.
 type Result struct {
 	T      int
-	Logits []float32 // [T, V], [1, V] for LastLogits, nil for NoLogits
+	Logits []float32 // [T, V] ([T-LogitsFrom, V]), [1, V] for LastLogits, nil for NoLogits
 	// With Dump: per layer i, HiddenIn[i] [T, H] is the residual entering
 	// it (HiddenIn[0] the embedding rows), Key[i] and Value[i] [T, KV, D]
 	// its keys after RoPE and values.
@@ -75,7 +79,8 @@ func (m *Model) Prefill(ids []int, opt PrefillOptions) (*Result, error) {
 	}
 	switch opt.Logits {
 	case AllLogits:
-		r.Logits, err = m.observedLogits(fn, T, opt.Observer)
+		from := min(max(opt.LogitsFrom, 0), T-1)
+		r.Logits, err = m.observedLogits(fn[from*m.Cfg.HiddenSize:], T-from, opt.Observer)
 	case LastLogits:
 		r.Logits, err = m.observedLogits(fn[(T-1)*m.Cfg.HiddenSize:], 1, opt.Observer)
 	}

@@ -52,6 +52,9 @@ type Config struct {
 	// LayerTypesDerived is true when layer_types was absent and derived
 	// from the 3 sliding + 1 full pattern.
 	LayerTypesDerived bool `json:"layer_types_derived"`
+	// QuantMethod is quantization_config.quant_method ("" for an original
+	// float checkpoint; "gptq", "compressed-tensors", "cpu_int4", ...).
+	QuantMethod string `json:"quant_method,omitempty"`
 }
 
 // ConfigFile is the config file name in a model folder.
@@ -92,6 +95,9 @@ type rawConfig struct {
 	SlidingRopeTheta      *float64         `json:"sliding_rope_theta"`
 	SlidingPartialFactor  *float64         `json:"sliding_partial_rotary_factor"`
 	RopeParameters        map[string]*rope `json:"rope_parameters"`
+	QuantizationConfig    *struct {
+		QuantMethod string `json:"quant_method"`
+	} `json:"quantization_config"`
 }
 
 type rope struct {
@@ -169,6 +175,12 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 	}
 	errs = append(errs, c.parseRoPE(&r)...)
+	if q := r.QuantizationConfig; q != nil {
+		c.QuantMethod = q.QuantMethod
+		if c.QuantMethod == "" {
+			c.QuantMethod = "unknown"
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -158,12 +158,38 @@ type Model struct {
 	*safetensors.Checkpoint
 }
 
+// QuantizedError is Open's refusal of a quantized checkpoint: the commands
+// that read the original weights (the converters, calibrate, export-onnx)
+// cannot start from a quantized one.
+type QuantizedError struct {
+	Dir    string
+	Method string // quantization_config.quant_method
+}
+
+// quantFormats names the formats sparkconv writes, by quant_method.
+var quantFormats = map[string]string{
+	"gptq":               "a GPTQ 4-bit checkpoint (W4A8 for vLLM's CPU kernel)",
+	"compressed-tensors": "a compressed-tensors W8A8 int8 checkpoint",
+	"cpu_int4":           "a tinygemm W4A16 (cpu_int4) checkpoint",
+}
+
+func (e *QuantizedError) Error() string {
+	what, ok := quantFormats[e.Method]
+	if !ok {
+		what = fmt.Sprintf("a quantized checkpoint (quant_method %q)", e.Method)
+	}
+	return fmt.Sprintf("%s is %s; give the original bf16/f16/f32 checkpoint it was made from (forward and eval read quantized outputs)", e.Dir, what)
+}
+
 // Open loads config.json, opens the safetensors files and checks every
 // tensor against the config. Tensor data stays on disk (memory-mapped).
 func Open(dir string) (*Model, error) {
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.QuantMethod != "" {
+		return nil, &QuantizedError{Dir: dir, Method: cfg.QuantMethod}
 	}
 	ck, err := safetensors.OpenDir(dir)
 	if err != nil {
