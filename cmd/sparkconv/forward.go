@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/convert"
 	"sparkconv/forward"
 	"sparkconv/safetensors"
 	"sparkconv/tokenizer"
@@ -23,9 +24,13 @@ func init() {
 	var topK int
 	cmd := &cobra.Command{
 		Use:   "forward --model DIR (--text S | --ids 1,2,3) [--top-k 5] [--dump FILE.safetensors]",
-		Short: "Run the fp32 reference forward: next-token top-k, and optionally every layer's tensors",
+		Short: "Run the fp32 reference forward of any checkpoint or sparkconv output: next-token top-k, optionally every layer's tensors",
 		Long: `Runs the float32 reference forward (bf16 weights widened exactly) over a token
-sequence and prints the top-k next tokens after its last position. --text is
+sequence and prints the top-k next tokens after its last position. --model may
+also be a quantized sparkconv output (W8A8, GPTQ, W4A16): its weights are
+dequantized by the format's reader and each quantized linear's input is
+quantized as the runtime's kernel does it (W4A8 and W8A8: int8 per token;
+W4A16: bf16). --text is
 encoded with the model folder's tokenizer.json (with its special tokens);
 --ids gives the ids directly. --dump writes, for every position, the tensors of
 shared/golden/*/expected.safetensors under the same names: input_ids, logits
@@ -85,7 +90,7 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 	} else if input, err = parseTokenIDs(idList); err != nil {
 		return usagef("--ids: %v", err)
 	}
-	m, err := forward.Open(modelDir, forward.Options{})
+	m, err := openForward(modelDir, forward.Options{})
 	if err != nil {
 		return err
 	}
@@ -108,12 +113,12 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 	}
 	if jsonOut {
 		return printJSON(map[string]any{
-			"model": modelDir, "tokens": len(input), "input_ids": input, "top_k": top,
+			"model": modelDir, "format": m.W.Describe(), "tokens": len(input), "input_ids": input, "top_k": top,
 			"dump": dump, "seconds": time.Since(start).Seconds(),
 		})
 	}
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "%d tokens; next-token top-%d after position %d:\n", len(input), len(top), len(input)-1)
+	fmt.Fprintf(w, "%s, %d tokens; next-token top-%d after position %d:\n", m.W.Describe(), len(input), len(top), len(input)-1)
 	for k, e := range top {
 		s := ""
 		if e.Token != nil {
@@ -125,6 +130,21 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 		fmt.Fprintf(w, "wrote %s (%d layers, %d positions)\n", dump, m.Cfg.NumLayers, len(input))
 	}
 	return nil
+}
+
+// openForward opens any checkpoint sparkconv reads (an original or a
+// quantized output) for the reference forward.
+func openForward(dir string, opt forward.Options) (*forward.Model, error) {
+	w, err := convert.OpenWeights(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := forward.NewWeights(w, opt)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
 // loadModelTokenizer loads dir/tokenizer.json; it is an error only when needed.

@@ -176,3 +176,26 @@ func TestForwardDumpNoOverwrite(t *testing.T) {
 		t.Errorf("left beside the dump: %v", entries)
 	}
 }
+
+// TestForwardQuantized: forward reads a quantized output; the commands that
+// need the original refuse it in one line naming what it is.
+func TestForwardQuantized(t *testing.T) {
+	dir := t.TempDir()
+	m, q := filepath.Join(dir, "m"), filepath.Join(dir, "q")
+	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
+	mustRun(t, "w4a16", "--model", m, "--out", q, "--group", "32")
+	out := mustRun(t, "forward", "--model", q, "--ids", "1,2,3")
+	if !strings.Contains(out, "W4A16 (tinygemm cpu_int4 g32") {
+		t.Errorf("forward output does not name the format:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"w8a8", "--model", q, "--out", filepath.Join(dir, "x")},
+		{"gptq", "--model", q, "--out", filepath.Join(dir, "y")},
+		{"export-onnx", "--model", q, "--out", filepath.Join(dir, "z")},
+	} {
+		_, errOut, code := run(t, args...)
+		if code != 1 || !strings.Contains(errOut, "is a tinygemm W4A16 (cpu_int4) checkpoint; give the original") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
