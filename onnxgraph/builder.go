@@ -105,6 +105,24 @@ func New(name string, float DType) *Builder {
 // SetPrefix sets the scope prepended to invented names ("" for none).
 func (b *Builder) SetPrefix(p string) { b.prefix = p }
 
+// scope makes out (when given) the prefix of invented names until the
+// returned function restores the previous one.
+func (b *Builder) scope(out string) func() {
+	old := b.prefix
+	if out != "" {
+		b.prefix = out
+	}
+	return func() { b.prefix = old }
+}
+
+// opOut is OpTo(out, ...) or, with out "", Op.
+func (b *Builder) opOut(out, op string, inputs []string, attrs ...Attr) string {
+	if out == "" {
+		return b.Op(op, inputs, attrs...)
+	}
+	return b.OpTo(out, op, inputs, attrs...)
+}
+
 // Meta adds a metadata_props entry to the model.
 func (b *Builder) Meta(key, value string) { b.meta = append(b.meta, [2]string{key, value}) }
 
@@ -207,10 +225,9 @@ func (b *Builder) node(op string, inputs, outputs []string, attrs []Attr) {
 			panic(fmt.Sprintf("onnxgraph: %s node in graph %s reads %q before it exists", op, b.name, in))
 		}
 	}
-	name := fmt.Sprintf("n%d_%s", len(b.nodes), op)
-	if b.prefix != "" {
-		name = b.prefix + "/" + name
-	}
+	// A node is named after its first output, which is unique and, where
+	// the exporter names values after the model's points, stable.
+	name := outputs[0] + "/" + op
 	b.nodes = append(b.nodes, &onnxpb.NodeProto{
 		Input: inputs, Output: outputs, Name: proto.String(name), OpType: proto.String(op), Attribute: attrs,
 	})

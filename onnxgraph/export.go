@@ -155,6 +155,8 @@ type exporter struct {
 	c   *spark.Config
 	o   ExportOptions
 	dir string
+	// values collects the current graph's named values.
+	values []ValueName
 }
 
 // GraphCount is how many graph files Export writes for these options.
@@ -269,10 +271,12 @@ func (e *exporter) add(man *Manifest, build func() (*Builder, GraphEntry, error)
 	if err := e.ctx.Err(); err != nil {
 		return err
 	}
+	e.values = nil
 	b, g, err := build()
 	if err != nil {
 		return err
 	}
+	g.Values = e.values
 	info, err := b.WriteFile(e.dir, g.File, e.o.Write)
 	if err != nil {
 		return err
@@ -385,7 +389,7 @@ func (e *exporter) embed() (*Builder, GraphEntry, error) {
 		return nil, GraphEntry{}, fmt.Errorf("tensor %s: %w", spark.EmbedName, err)
 	}
 	w := b.Initializer(spark.EmbedName, dt, []int64{int64(c.VocabSize), int64(c.HiddenSize)}, d)
-	b.OpTo("hidden_out", "Gather", []string{w, ids}, AttrInt("axis", 0))
+	b.OpTo(e.value("hidden_out", ModelLevel, "embed"), "Gather", []string{w, ids}, AttrInt("axis", 0))
 	b.Output("hidden_out", dt, 1, 1, int64(c.HiddenSize))
 	return b, GraphEntry{Name: "embed", File: "embed.onnx", Kind: KindEmbed}, nil
 }
@@ -403,7 +407,7 @@ func (e *exporter) head() (*Builder, GraphEntry, error) {
 		return nil, GraphEntry{}, err
 	}
 	b.SetPrefix("head")
-	h := b.RMSNorm(x, norm, c.RMSNormEps)
+	h := b.RMSNorm(e.value("final_norm", ModelLevel, "final_norm"), x, norm, c.RMSNormEps)
 	b.OpTo("logits", "MatMul", []string{h, w})
 	b.Output("logits", dt, 1, 1, int64(c.VocabSize))
 	tied := c.TieWordEmbeddings
@@ -500,7 +504,7 @@ type layerIO struct {
 func (e *exporter) layer(b *Builder, p layerPlan, sfx, x, outName string) (string, []ValueInfo, error) {
 	c, dt := e.c, e.o.DType
 	kv, d, slots, half := int64(c.NumKVHeads), int64(c.HeadDim), int64(p.CacheSlots), int64(p.RotaryDims/2)
-	b.SetPrefix(fmt.Sprintf("L%d", p.Layer))
+	b.SetPrefix(LayerScope(p.Layer))
 	defer b.SetPrefix("")
 	io := layerIO{
 		cos:   b.Input("rope_cos"+sfx, dt, 1, 1, half),
@@ -513,30 +517,34 @@ func (e *exporter) layer(b *Builder, p layerPlan, sfx, x, outName string) (strin
 	if err != nil {
 		return "", nil, err
 	}
-	h := b.RMSNorm(x, w.inNorm, c.RMSNormEps)
-	attn, outs := e.attention(b, p, sfx, io, h, w)
-	x = b.Op("Add", []string{x, b.Op("MatMul", []string{attn, w.o})})
-	down := e.mlp(b, b.RMSNorm(x, w.postNorm, c.RMSNormEps), w)
-	if outName != "" {
-		return b.OpTo(outName, "Add", []string{x, down}), outs, nil
+	pt := func(point string) string { return e.value(LayerScope(p.Layer)+"/"+point, p.Layer, point) }
+	h := b.RMSNorm(pt("attn_norm"), x, w.inNorm, c.RMSNormEps)
+	attn, outs := e.attention(b, p, sfx, io, h, w, pt)
+	x = b.OpTo(pt("hidden_mid"), "Add", []string{x, b.OpTo(pt("attn_out"), "MatMul", []string{attn, w.o})})
+	down := e.mlp(b, b.RMSNorm(pt("mlp_norm"), x, w.postNorm, c.RMSNormEps), w, pt)
+	if outName == "" {
+		outName = pt("hidden_out")
+	} else {
+		e.value(outName, p.Layer, "hidden_out")
 	}
-	return b.Op("Add", []string{x, down}), outs, nil
+	return b.OpTo(outName, "Add", []string{x, down}), outs, nil
 }
 
 // attention emits the gated GQA attention of normed input h over the cache
 // and the new token; it returns the heads concatenated [1,1,heads*d]
-// (before o_proj) and the cache outputs of the layer's layout.
-func (e *exporter) attention(b *Builder, p layerPlan, sfx string, io layerIO, h string, w layerWeights) (string, []ValueInfo) {
+// (before o_proj) and the cache outputs of the layer's layout. pt names a
+// value after the forward's point.
+func (e *exporter) attention(b *Builder, p layerPlan, sfx string, io layerIO, h string, w layerWeights, pt func(string) string) (string, []ValueInfo) {
 	c, dt := e.c, e.o.DType
 	kv, d, heads := int64(c.NumKVHeads), int64(c.HeadDim), int64(c.NumHeads)
 	grp, slots, half := heads/kv, int64(p.CacheSlots), int64(p.RotaryDims/2)
 	// GQA: query head h = kv*grp + g, so [1,1,heads*d] is [1,kv,grp,d].
-	q := b.Reshape(b.Op("MatMul", []string{h, w.q}), 1, kv, grp, d)
-	q = b.RoPE(q, io.cos, io.sin, half, d)
-	q = b.Op("Mul", []string{q, b.Scalar(1 / math.Sqrt(float64(d)))})
-	k := b.Reshape(b.Op("MatMul", []string{h, w.k}), 1, kv, 1, d)
-	k = b.RoPE(k, io.cos, io.sin, half, d)
-	v := b.Op("MatMul", []string{h, w.v})
+	q := b.Reshape(b.OpTo(pt("q"), "MatMul", []string{h, w.q}), 1, kv, grp, d)
+	q = b.RoPE(pt("q_rope"), q, io.cos, io.sin, half, d)
+	q = b.OpTo(pt("q_scaled"), "Mul", []string{q, b.Scalar(1 / math.Sqrt(float64(d)))})
+	k := b.Reshape(b.OpTo(pt("k"), "MatMul", []string{h, w.k}), 1, kv, 1, d)
+	k = b.RoPE(pt("k_rope"), k, io.cos, io.sin, half, d)
+	v := b.OpTo(pt("v"), "MatMul", []string{h, w.v})
 
 	var outs []ValueInfo
 	kName, vName := "", ""
@@ -547,28 +555,43 @@ func (e *exporter) attention(b *Builder, p layerPlan, sfx string, io layerIO, h 
 	// With one token, [1,kv,1,d] -> [1,kv,d,1] is a reshape, not a transpose.
 	newK := b.ReshapeTo(kName, k, 1, kv, d, 1)
 	newV := b.ReshapeTo(vName, v, 1, kv, 1, d)
-	keys := b.Op("Concat", []string{io.pastK, newK}, AttrInt("axis", 3)) // [1,kv,d,slots+1]
-	vals := b.Op("Concat", []string{io.pastV, newV}, AttrInt("axis", 2)) // [1,kv,slots+1,d]
-	scores := b.Op("MatMul", []string{q, keys})                          // [1,kv,grp,slots+1]
-	probs := b.Op("Softmax", []string{b.Op("Add", []string{scores, io.mask})}, AttrInt("axis", -1))
-	attn := b.Op("MatMul", []string{probs, vals}) // [1,kv,grp,d]
+	keys := b.OpTo(pt("keys"), "Concat", []string{io.pastK, newK}, AttrInt("axis", 3))   // [1,kv,d,slots+1]
+	vals := b.OpTo(pt("values"), "Concat", []string{io.pastV, newV}, AttrInt("axis", 2)) // [1,kv,slots+1,d]
+	scores := b.OpTo(pt("scores"), "MatMul", []string{q, keys})                          // [1,kv,grp,slots+1]
+	masked := b.OpTo(pt("scores_masked"), "Add", []string{scores, io.mask})
+	probs := b.OpTo(pt("probs"), "Softmax", []string{masked}, AttrInt("axis", -1))
+	attn := b.OpTo(pt("attn"), "MatMul", []string{probs, vals}) // [1,kv,grp,d]
 	if p.Layout == LayoutRoll {
 		b.OpTo("present_key"+sfx, "Slice", []string{keys, b.Int64s(1), b.Int64s(slots + 1), b.Int64s(3)})
 		b.OpTo("present_value"+sfx, "Slice", []string{vals, b.Int64s(1), b.Int64s(slots + 1), b.Int64s(2)})
 		outs = append(outs, ValueInfo{"present_key" + sfx, []int64{1, kv, d, slots}, dt}, ValueInfo{"present_value" + sfx, []int64{1, kv, slots, d}, dt})
 	}
-	gate := b.Reshape(b.Op("Sigmoid", []string{b.Op("MatMul", []string{h, w.g})}), 1, kv, grp, 1)
-	return b.Reshape(b.Op("Mul", []string{attn, gate}), 1, 1, heads*d), outs
+	gate := b.OpTo(pt("gate"), "Sigmoid", []string{b.OpTo(pt("gate_logits"), "MatMul", []string{h, w.g})})
+	gated := b.Op("Mul", []string{attn, b.Reshape(gate, 1, kv, grp, 1)})
+	return b.ReshapeTo(pt("attn_gated"), gated, 1, 1, heads*d), outs
 }
 
 // mlp emits the GEGLU MLP of normed input h and returns down_proj's output.
-func (e *exporter) mlp(b *Builder, h string, w layerWeights) string {
-	g := b.Op("MatMul", []string{h, w.gate})
+func (e *exporter) mlp(b *Builder, h string, w layerWeights, pt func(string) string) string {
+	g := b.OpTo(pt("mlp_gate"), "MatMul", []string{h, w.gate})
 	if e.o.GELU == "tanh" {
-		g = b.GELUTanh(g)
+		g = b.GELUTanh(pt("mlp_gelu"), g)
 	} else {
-		g = b.GELUErf(g)
+		g = b.GELUErf(pt("mlp_gelu"), g)
 	}
-	act := b.Op("Mul", []string{g, b.Op("MatMul", []string{h, w.up})})
-	return b.Op("MatMul", []string{act, w.down})
+	act := b.OpTo(pt("mlp_act"), "Mul", []string{g, b.OpTo(pt("mlp_up"), "MatMul", []string{h, w.up})})
+	return b.OpTo(pt("mlp_out"), "MatMul", []string{act, w.down})
+}
+
+// LayerScope is the prefix of layer i's value names ("layers.3"): its
+// points are LayerScope(i)+"/"+point ("layers.3/q_rope", "layers.3/mlp_act"),
+// the interior values of a pattern sit under its result
+// ("layers.3/attn_norm/Pow_0").
+func LayerScope(i int) string { return fmt.Sprintf("layers.%d", i) }
+
+// value records that the graph value name holds the forward's point of
+// layer (ModelLevel for the model-level points) and returns name.
+func (e *exporter) value(name string, layer int, point string) string {
+	e.values = append(e.values, ValueName{Name: name, Layer: layer, Point: point})
+	return name
 }

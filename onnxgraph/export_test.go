@@ -320,3 +320,57 @@ func FuzzParseManifest(f *testing.F) {
 		}
 	})
 }
+
+// TestValueNames: every value the manifest maps to a forward point is
+// produced by a node of its graph, each layer carries the whole attention
+// and MLP chain under layers.N/, and the names do not depend on the
+// export's other options (a block graph names layer 1's points as the
+// layer graph does).
+func TestValueNames(t *testing.T) {
+	points := []string{"attn_norm", "q", "k", "v", "q_rope", "k_rope", "scores", "probs", "attn", "gate_logits", "gate",
+		"attn_gated", "attn_out", "hidden_mid", "mlp_norm", "mlp_gate", "mlp_gelu", "mlp_up", "mlp_act", "mlp_out", "hidden_out"}
+	names := map[string]map[string]bool{}
+	for _, o := range []ExportOptions{{Context: 16}, {Context: 16, Granularity: "block", Layout: LayoutRoll}} {
+		dir := export(t, tiedDir, o)
+		man, err := ReadManifest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := map[string]bool{}
+		for _, g := range man.Graphs {
+			produced := map[string]bool{}
+			for _, n := range readModel(t, filepath.Join(dir, g.File)).Graph.Node {
+				for _, out := range n.Output {
+					produced[out] = true
+				}
+			}
+			have := map[int]map[string]bool{}
+			for _, v := range g.Values {
+				if !produced[v.Name] {
+					t.Errorf("%s: manifest value %s is not produced by any node", g.File, v.Name)
+				}
+				if have[v.Layer] == nil {
+					have[v.Layer] = map[string]bool{}
+				}
+				have[v.Layer][v.Point] = true
+				set[v.Name] = true
+			}
+			for _, li := range g.LayerInfos() {
+				for _, p := range points {
+					if !have[li.Layer][p] {
+						t.Errorf("%s: layer %d has no value for point %s", g.File, li.Layer, p)
+					}
+				}
+			}
+		}
+		for _, want := range []string{"layers.1/q_rope", "layers.1/mlp_act", "final_norm"} {
+			if !set[want] {
+				t.Errorf("%+v: no value %s", o, want)
+			}
+		}
+		names[o.Granularity] = set
+	}
+	if !names[""]["layers.1/k_rope"] || !names["block"]["layers.1/k_rope"] {
+		t.Error("layer and block exports name layer 1's k_rope differently")
+	}
+}

@@ -67,6 +67,25 @@ type GraphEntry struct {
 	ExternalData *onnxio.FileInfo `json:"external_data,omitempty"`
 	Inputs       []TensorSpec     `json:"inputs"`
 	Outputs      []TensorSpec     `json:"outputs"`
+	// Values maps graph values to the reference forward's points (the
+	// names its Observer and calibration files use), so an encodings file
+	// or a calibration capture can target them by a stable name.
+	Values []ValueName `json:"values,omitempty"`
+}
+
+// ModelLevel is ValueName.Layer for values outside any layer (as
+// forward.ModelLevel).
+const ModelLevel = -1
+
+// ValueName says which point of the reference forward a graph value holds:
+// Point is forward.Point's name ("q_rope", "mlp_act", "final_norm") or
+// "embed" (the embedding row) or one of the graph-only values ("q_scaled",
+// "keys", "values", "scores_masked"); Layer is the layer, -1 for model-level
+// values.
+type ValueName struct {
+	Name  string `json:"name"`
+	Layer int    `json:"layer"`
+	Point string `json:"point"`
 }
 
 // LayerInfos returns the per-layer keys of a layer or block graph.

@@ -84,7 +84,7 @@ func TestLintOnnxgraphPatterns(t *testing.T) {
 	b := onnxgraph.New("patterns", onnxgraph.Float32)
 	x := b.Input("x", onnxgraph.Float32, 1, 1, 16)
 	w := b.Float32s("w", []int64{16}, ramp(16, 0.2))
-	b.OpTo("y", "Identity", []string{b.GELUErf(b.RMSNorm(x, w, 1e-6))})
+	b.OpTo("y", "Identity", []string{b.GELUErf("", b.RMSNorm("", x, w, 1e-6))})
 	b.Output("y", onnxgraph.Float32, 1, 1, 16)
 	m, err := b.Proto()
 	if err != nil {
