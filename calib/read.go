@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 
+	"sparkconv/infile"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
@@ -16,7 +16,7 @@ import (
 // ReadSummary reads dir/summary.json and checks its format.
 func ReadSummary(dir string) (*Summary, error) {
 	path := filepath.Join(dir, SummaryFile)
-	data, err := os.ReadFile(path)
+	data, err := infile.ReadFile(path, infile.ManifestMax)
 	if err != nil {
 		return nil, err
 	}

@@ -1,16 +1,18 @@
 package calib
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"unicode/utf8"
 
+	"sparkconv/infile"
 	"sparkconv/tokenizer"
 )
 
@@ -30,15 +32,24 @@ func (t Text) where() string {
 // Separator is the line that separates samples in a text file.
 const Separator = "---"
 
+// MaxSampleBytes is the largest sample accepted (1 MiB of text, about
+// 250,000 tokens, cut into --seq-len chunks anyway). Tokenizing costs about
+// 200 bytes of memory per byte of text, so one unbounded sample (a 50 MB
+// line) could exhaust the machine; a longer sample is refused with its
+// size, and reading it never holds more than this much of it.
+const MaxSampleBytes = 1 << 20
+
 // ReadSamples reads a samples file: JSON lines with a "text" field when the
 // name ends in .jsonl, else text with samples separated by lines holding
-// only "---".
+// only "---". The file is streamed: a sample over MaxSampleBytes is refused
+// without being held in memory. Only a regular file is read.
 func ReadSamples(path string) ([]Text, error) {
-	data, err := os.ReadFile(path)
+	f, _, err := infile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseSamples(data, path, strings.EqualFold(filepath.Ext(path), ".jsonl"))
+	defer f.Close()
+	return readSamples(f, path, strings.EqualFold(filepath.Ext(path), ".jsonl"), MaxSampleBytes)
 }
 
 // ParseSamples splits the contents of a samples file named name. Text
@@ -47,42 +58,88 @@ func ReadSamples(path string) ([]Text, error) {
 // and the file's final newline are not part of a sample; a separator at the
 // very end closes the last sample. JSON-lines form: every non-blank line is
 // an object whose "text" is a string. Every sample must be valid UTF-8,
-// hold no NUL byte (binary input) and hold more than white space.
+// hold no NUL byte (binary input), hold more than white space and be at
+// most MaxSampleBytes long.
 func ParseSamples(data []byte, name string, jsonl bool) ([]Text, error) {
+	return readSamples(bytes.NewReader(data), name, jsonl, MaxSampleBytes)
+}
+
+// lineReader yields lines (with their newline) of at most max bytes kept;
+// a longer line reports its full length but keeps only max bytes.
+type lineReader struct {
+	r   *bufio.Reader
+	max int
+}
+
+func (lr *lineReader) next() (line []byte, n int64, err error) {
+	for {
+		piece, err := lr.r.ReadSlice('\n')
+		n += int64(len(piece))
+		if room := lr.max - len(line); room > 0 {
+			line = append(line, piece[:min(len(piece), room)]...)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err == io.EOF && n > 0 {
+			err = nil
+		}
+		return line, n, err
+	}
+}
+
+func readSamples(r io.Reader, name string, jsonl bool, limit int) ([]Text, error) {
+	lr := &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: limit + 2}
 	if jsonl {
-		return parseJSONL(data, name)
+		lr.max = 2*limit + 64 // room for the JSON around the text and some escapes
+		return parseJSONL(lr, name, limit)
 	}
 	var out []Text
-	start, startLine, line := 0, 1, 1
-	flush := func(end int) error {
-		t := Text{File: name, Index: len(out) + 1, Line: startLine, Text: trimNewline(string(data[start:end]))}
-		if err := check(t, data[start:end]); err != nil {
+	var cur []byte
+	var curLen int64
+	startLine, line := 1, 1
+	flush := func() error {
+		t := Text{File: name, Index: len(out) + 1, Line: startLine}
+		t.Text = trimNewline(string(cur))
+		if curLen > int64(limit)+2 || len(t.Text) > limit {
+			return fmt.Errorf("%s is %s, longer than the %s a sample may be: cut it into several samples with lines holding only %q",
+				t.where(), mib(max(curLen, int64(len(t.Text)))), mib(int64(limit)), Separator)
+		}
+		if err := check(t, cur); err != nil {
 			return err
 		}
 		out = append(out, t)
 		return nil
 	}
-	for pos := 0; pos < len(data); line++ {
-		end := bytes.IndexByte(data[pos:], '\n')
-		next := len(data)
-		if end >= 0 {
-			next = pos + end + 1
+	for ; ; line++ {
+		l, n, err := lr.next()
+		if err == io.EOF {
+			break
 		}
-		if strings.TrimSpace(string(data[pos:next])) == Separator {
-			if err := flush(pos); err != nil {
+		if err != nil {
+			return nil, fmt.Errorf("%s: line %d: %w", name, line, err)
+		}
+		if n < 64 && strings.TrimSpace(string(l)) == Separator {
+			if err := flush(); err != nil {
 				return nil, err
 			}
-			start, startLine = next, line+1
+			cur, curLen, startLine = cur[:0], 0, line+1
+			continue
 		}
-		pos = next
+		if room := limit + 2 - len(cur); room > 0 {
+			cur = append(cur, l[:min(len(l), room)]...)
+		}
+		curLen += n
 	}
-	if len(out) == 0 || strings.TrimSpace(string(data[start:])) != "" {
-		if err := flush(len(data)); err != nil {
+	if len(out) == 0 || curLen > int64(limit)+2 || strings.TrimSpace(string(cur)) != "" {
+		if err := flush(); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 func trimNewline(s string) string {
 	s = strings.TrimSuffix(s, "\n")
@@ -114,13 +171,24 @@ func firstInvalid(b []byte) int {
 	return -1
 }
 
-func parseJSONL(data []byte, name string) ([]Text, error) {
+func parseJSONL(lr *lineReader, name string, limit int) ([]Text, error) {
 	var out []Text
-	for n, raw := range bytes.Split(data, []byte("\n")) {
+	for n := 1; ; n++ {
+		raw, size, err := lr.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: line %d: %w", name, n, err)
+		}
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		t := Text{File: name, Index: len(out) + 1, Line: n + 1}
+		t := Text{File: name, Index: len(out) + 1, Line: n}
+		if size > int64(lr.max) {
+			return nil, fmt.Errorf("%s is a %s line, longer than any sample of at most %s: split it into several lines",
+				t.where(), mib(size), mib(int64(limit)))
+		}
 		if err := check(Text{File: name, Index: t.Index, Line: t.Line, Text: "x"}, raw); err != nil {
 			return nil, err
 		}
@@ -136,6 +204,10 @@ func parseJSONL(data []byte, name string) ([]Text, error) {
 		t.Text = *rec.Text
 		if strings.TrimSpace(t.Text) == "" {
 			return nil, fmt.Errorf("%s is empty", t.where())
+		}
+		if len(t.Text) > limit {
+			return nil, fmt.Errorf("%s is %s, longer than the %s a sample may be: split it into several lines",
+				t.where(), mib(int64(len(t.Text))), mib(int64(limit)))
 		}
 		out = append(out, t)
 	}

@@ -1,6 +1,8 @@
 package calib
 
 import (
+	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -124,5 +126,51 @@ func TestSelect(t *testing.T) {
 	}
 	if len(Select(texts, 0, 1)) != 10 || len(Select(texts, 20, 1)) != 10 {
 		t.Error("max 0 or >= len must keep every sample")
+	}
+}
+
+// endless yields n bytes of "a" with no newline: a 50 MB one-line sample
+// that is never in memory.
+type endless struct{ n int }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.n == 0 {
+		return 0, io.EOF
+	}
+	k := min(len(p), e.n)
+	for i := range p[:k] {
+		p[i] = 'a'
+	}
+	e.n -= k
+	return k, nil
+}
+
+// TestHugeSampleBoundedMemory: a 50 MB single-line sample is refused with
+// its size, and reading it allocates about one sample cap, not 50 MB.
+func TestHugeSampleBoundedMemory(t *testing.T) {
+	for _, jsonl := range []bool{false, true} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var r io.Reader = &endless{n: 50 << 20}
+		if jsonl {
+			r = io.MultiReader(strings.NewReader(`{"text": "`), r, strings.NewReader("\"}\n"))
+		}
+		_, err := readSamples(r, "big.txt", jsonl, MaxSampleBytes)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "big.txt: sample 1 (line 1)") || !strings.Contains(err.Error(), "50.0 MiB") {
+			t.Errorf("jsonl %v: %v", jsonl, err)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 24<<20 {
+			t.Errorf("jsonl %v: reading a 50 MB sample allocated %d MB", jsonl, alloc>>20)
+		}
+	}
+	// Just under the cap is accepted.
+	ok := strings.Repeat("b", MaxSampleBytes)
+	if got, err := ParseSamples([]byte(ok+"\n---\nc\n"), "f", false); err != nil || len(got) != 2 || len(got[0].Text) != MaxSampleBytes {
+		t.Errorf("a sample at the cap: %v", err)
+	}
+	if _, err := ParseSamples([]byte(ok+"bb\n"), "f", false); err == nil || !strings.Contains(err.Error(), "longer than the 1.0 MiB") {
+		t.Errorf("a sample over the cap: %v", err)
 	}
 }

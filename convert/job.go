@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"sparkconv/infile"
 	"sparkconv/outdir"
 	"sparkconv/progress"
 	"sparkconv/safetensors"
@@ -60,6 +61,12 @@ type Job struct {
 	bar    *progress.Bar
 	start  time.Time
 	mu     sync.Mutex
+	aux    []auxFile // read at Start, written by CopyAux
+}
+
+type auxFile struct {
+	name string
+	data []byte
 }
 
 // Start opens and validates the input (including a NaN/Inf scan) and
@@ -76,13 +83,18 @@ func Start(ctx context.Context, opt Options, scheme string) (*Job, error) {
 		m.Close()
 		return nil, err
 	}
-	d, err := outdir.Create(opt.Out, opt.Force)
+	aux, err := readAux(opt.Model)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	d, err := outdir.Create(opt.Out, opt.Force, opt.Model)
 	if err != nil {
 		m.Close()
 		return nil, err
 	}
 	return &Job{
-		ctx: ctx, Opt: opt, Model: m, Dir: d, start: time.Now(),
+		ctx: ctx, Opt: opt, Model: m, Dir: d, start: time.Now(), aux: aux,
 		Report: &Report{Tool: "sparkconv", Version: opt.Version, Scheme: scheme, Model: opt.Model, Tensors: []TensorReport{}},
 	}, nil
 }
@@ -94,29 +106,42 @@ func (j *Job) Close() {
 	j.Model.Close()
 }
 
-// CopyAux copies the tokenizer and generation files.
-func (j *Job) CopyAux() error {
+// readAux reads the tokenizer and generation files present in dir, once,
+// when the input is opened (regular files under a size cap), so the output
+// gets the files of the checkpoint that was converted even if the folder
+// changes meanwhile.
+func readAux(dir string) ([]auxFile, error) {
+	var out []auxFile
 	for _, name := range AuxFiles {
-		src := filepath.Join(j.Opt.Model, name)
-		if _, err := os.Stat(src); err != nil {
+		src := filepath.Join(dir, name)
+		if _, err := os.Lstat(src); err != nil {
 			continue
 		}
-		if err := j.Dir.CopyFile(src, name); err != nil {
-			return fmt.Errorf("copy %s: %w", name, err)
+		data, err := infile.ReadFile(src, infile.TokenizerMax)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, auxFile{name, data})
+	}
+	return out, nil
+}
+
+// CopyAux writes the tokenizer and generation files read at Start.
+func (j *Job) CopyAux() error {
+	for _, a := range j.aux {
+		if err := j.Dir.WriteFile(a.name, a.data); err != nil {
+			return fmt.Errorf("copy %s: %w", a.name, err)
 		}
 	}
 	return nil
 }
 
-// WriteConfig writes the input config.json with the given keys replaced
-// (nil deletes a key), keys sorted as transformers writes them.
+// WriteConfig writes the input config.json (as read at Start) with the
+// given keys replaced (nil deletes a key), keys sorted as transformers
+// writes them.
 func (j *Job) WriteConfig(set map[string]any) error {
-	data, err := os.ReadFile(filepath.Join(j.Opt.Model, spark.ConfigFile))
-	if err != nil {
-		return err
-	}
 	var cfg map[string]any
-	if err := json.Unmarshal(data, &cfg); err != nil {
+	if err := json.Unmarshal(j.Model.ConfigJSON, &cfg); err != nil {
 		return fmt.Errorf("%s: %w", spark.ConfigFile, err)
 	}
 	for k, v := range set {
@@ -186,6 +211,15 @@ func (j *Job) Commit() error {
 	if err := j.ctx.Err(); err != nil {
 		return err
 	}
+	if err := j.Model.Unchanged(); err != nil {
+		return err
+	}
+	j.Report.Totals.InBytes = j.Model.TotalBytes()
+	for _, f := range j.Report.Files {
+		if st, err := os.Stat(j.Dir.Join(f)); err == nil {
+			j.Report.Totals.OutBytes += st.Size()
+		}
+	}
 	j.Report.finish(time.Since(j.start))
 	data, err := json.MarshalIndent(j.Report, "", "  ")
 	if err != nil {
@@ -227,8 +261,8 @@ type TensorReport struct {
 type Totals struct {
 	Quantized      int     `json:"quantized_tensors"`
 	Copied         int     `json:"copied_tensors"`
-	InBytes        int64   `json:"input_bytes"`
-	OutBytes       int64   `json:"output_bytes"`
+	InBytes        int64   `json:"input_bytes"`  // tensor data of the input checkpoint
+	OutBytes       int64   `json:"output_bytes"` // size of the files listed in "files"
 	MinSNRdB       float64 `json:"min_snr_db"`
 	MeanSNRdB      float64 `json:"mean_snr_db"`
 	MaxSNRdB       float64 `json:"max_snr_db"`

@@ -1,7 +1,13 @@
 // Package outdir makes command outputs all-or-nothing: a folder is built
 // under a temporary name beside its target, fsynced, and renamed into place
 // only when complete. An error or an interrupt removes the temporary folder;
-// an existing target is replaced only when the caller asks (--force).
+// an existing target is replaced only when the caller asks (--force), and
+// then atomically: renameat2(RENAME_EXCHANGE) swaps the new folder and the
+// old one in one step, so the target never goes missing. Where the file
+// system cannot exchange, a two-step replace marks each step in the
+// temporary folders' names and the next run completes a step a crash
+// interrupted. An output that is an input, lies inside one or contains one
+// is refused, with or without --force. Folders honour the umask.
 package outdir
 
 import (
@@ -11,10 +17,25 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-const tmpTag = ".sparkconv-tmp-"
+// The names of the folders a run keeps beside its target: ".NAME" + tag +
+// "PID-RANDOM". tmpTag is a folder being written (or, after an exchange,
+// the old output being removed); newTag a complete folder about to become
+// the target, oldTag the old target set aside by the two-step replace.
+const (
+	tmpTag = ".sparkconv-tmp-"
+	newTag = ".sparkconv-new-"
+	oldTag = ".sparkconv-old-"
+)
+
+// ErrOverlap is wrapped by the error Create returns for an output that is,
+// holds or lies inside one of the inputs.
+var ErrOverlap = errors.New("output overlaps an input")
 
 // Dir is an output folder under construction.
 type Dir struct {
@@ -25,16 +46,16 @@ type Dir struct {
 }
 
 // Create starts building the folder target. It refuses an existing target
-// unless force is set, and removes temporary folders that earlier killed
-// runs left beside it.
-func Create(target string, force bool) (*Dir, error) {
+// unless force is set, refuses a target that overlaps any of inputs (files
+// or folders the command reads), completes or undoes a replace that a
+// killed run left half done, and removes temporary folders that earlier
+// killed runs left beside it.
+func Create(target string, force bool, inputs ...string) (*Dir, error) {
 	if target == "" {
 		return nil, errors.New("output folder not given")
 	}
 	target = filepath.Clean(target)
-	if _, err := os.Lstat(target); err == nil && !force {
-		return nil, fmt.Errorf("%s already exists (use --force to replace it)", target)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := CheckDisjoint(target, inputs...); err != nil {
 		return nil, err
 	}
 	parent := filepath.Dir(target)
@@ -43,33 +64,124 @@ func Create(target string, force bool) (*Dir, error) {
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("output parent %s is not a folder", parent)
 	}
-	removeStale(parent, filepath.Base(target))
-	prefix := "." + filepath.Base(target) + tmpTag + strconv.Itoa(os.Getpid()) + "-"
-	tmp, err := os.MkdirTemp(parent, prefix)
+	recoverStale(parent, filepath.Base(target))
+	if _, err := os.Lstat(target); err == nil && !force {
+		return nil, fmt.Errorf("%s already exists (use --force to replace it)", target)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(parent, prefix(target, tmpTag))
 	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(tmp, 0o777&^Umask()); err != nil {
+		os.Remove(tmp)
 		return nil, err
 	}
 	return &Dir{target: target, tmp: tmp, force: force}, nil
 }
 
-// removeStale deletes temporary folders of target whose process is gone.
-func removeStale(parent, base string) {
+func prefix(target, tag string) string {
+	return "." + filepath.Base(target) + tag + strconv.Itoa(os.Getpid()) + "-"
+}
+
+// CheckDisjoint refuses an output path that is one of inputs, lies inside
+// one, or contains one (symlinks resolved, so a link to the input counts).
+func CheckDisjoint(out string, inputs ...string) error {
+	o, err := realPath(out)
+	if err != nil {
+		return err
+	}
+	for _, in := range inputs {
+		if in == "" {
+			continue
+		}
+		i, err := realPath(in)
+		if err != nil {
+			return err
+		}
+		switch {
+		case o == i:
+			return fmt.Errorf("%w: %s is the input %s itself; choose another output", ErrOverlap, out, in)
+		case within(o, i):
+			return fmt.Errorf("%w: %s lies inside the input %s; choose an output outside it", ErrOverlap, out, in)
+		case within(i, o):
+			return fmt.Errorf("%w: %s contains the input %s; replacing it would delete the input", ErrOverlap, out, in)
+		}
+	}
+	return nil
+}
+
+// within reports whether p lies strictly inside dir.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// realPath is p made absolute with every symlink of its longest existing
+// prefix resolved.
+func realPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r, nil
+	}
+	parent := filepath.Dir(abs)
+	if parent == abs {
+		return abs, nil
+	}
+	rp, err := realPath(parent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(rp, filepath.Base(abs)), nil
+}
+
+// stale is a folder beside the target left by a process that is gone.
+type stale struct {
+	path string
+	tag  string
+}
+
+// recoverStale finishes what killed runs left: a target missing after the
+// first step of a two-step replace gets the complete new folder (or, when
+// the crash came before it was marked complete, the old one back); every
+// other leftover of a dead process is removed.
+func recoverStale(parent, base string) {
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		return
 	}
-	prefix := "." + base + tmpTag
+	var found []stale
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok {
-			continue
+		for _, tag := range []string{tmpTag, newTag, oldTag} {
+			rest, ok := strings.CutPrefix(e.Name(), "."+base+tag)
+			if !ok {
+				continue
+			}
+			pidStr, _, _ := strings.Cut(rest, "-")
+			pid, err := strconv.Atoi(pidStr)
+			if err != nil || pid == os.Getpid() || processAlive(pid) {
+				continue
+			}
+			found = append(found, stale{filepath.Join(parent, e.Name()), tag})
 		}
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() || processAlive(pid) {
-			continue
+	}
+	target := filepath.Join(parent, base)
+	for _, want := range []string{newTag, oldTag} {
+		if _, err := os.Lstat(target); !errors.Is(err, os.ErrNotExist) {
+			break
 		}
-		_ = os.RemoveAll(filepath.Join(parent, e.Name()))
+		for _, s := range found {
+			if s.tag == want && renameNoReplace(s.path, target) == nil {
+				break
+			}
+		}
+	}
+	for _, s := range found {
+		_ = os.RemoveAll(s.path)
 	}
 }
 
@@ -87,8 +199,35 @@ func (d *Dir) Target() string { return d.target }
 // Join returns a path inside the temporary folder.
 func (d *Dir) Join(name string) string { return filepath.Join(d.tmp, name) }
 
-// Commit fsyncs the folder and renames it into place, replacing an existing
-// target when force was given.
+// The renames, replaceable by tests to play a file system without
+// renameat2 flags.
+var (
+	renameExchange = func(a, b string) error {
+		return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+	}
+	renameNoReplace = func(a, b string) error {
+		err := unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_NOREPLACE)
+		if unsupported(err) { // no renameat2 flags here: check, then rename
+			if _, lerr := os.Lstat(b); lerr == nil {
+				return syscall.EEXIST
+			}
+			return os.Rename(a, b)
+		}
+		return err
+	}
+	// crashAt, when set by a test, is called between the steps of the
+	// two-step replace; a non-nil return stops there as a crash would.
+	crashAt func(step string) error
+)
+
+func unsupported(err error) bool {
+	return errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.ENOTSUP)
+}
+
+// Commit fsyncs the folder and moves it into place: a missing target is
+// created without ever replacing a folder that appeared meanwhile; an
+// existing target (with force) is exchanged atomically, or replaced in two
+// recoverable steps where the file system cannot exchange.
 func (d *Dir) Commit() error {
 	if d.done {
 		return errors.New("output already committed or aborted")
@@ -96,29 +235,72 @@ func (d *Dir) Commit() error {
 	if err := syncTree(d.tmp); err != nil {
 		return fmt.Errorf("fsync %s: %w", d.tmp, err)
 	}
-	var old string
-	if _, err := os.Lstat(d.target); err == nil {
+	parent := filepath.Dir(d.target)
+	err := renameNoReplace(d.tmp, d.target)
+	if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
 		if !d.force {
 			return fmt.Errorf("%s appeared while writing; not replacing it", d.target)
 		}
-		old = d.tmp + ".old"
-		if err := os.Rename(d.target, old); err != nil {
-			return err
-		}
+		err = d.replace()
 	}
-	if err := os.Rename(d.tmp, d.target); err != nil {
-		if old != "" {
-			_ = os.Rename(old, d.target)
-		}
-		return err
+	if err != nil {
+		return fmt.Errorf("move %s into place: %w", d.target, err)
 	}
 	d.done = true
-	if old != "" {
-		if err := os.RemoveAll(old); err != nil {
+	return syncPath(parent)
+}
+
+// replace puts the finished folder in place of the existing target.
+func (d *Dir) replace() error {
+	err := renameExchange(d.tmp, d.target)
+	if err == nil {
+		// d.tmp now holds the old output; a crash here leaves it to the
+		// next run's cleanup, the target is already the new one.
+		d.done = true
+		_ = syncPath(filepath.Dir(d.target))
+		return os.RemoveAll(d.tmp)
+	}
+	if !unsupported(err) {
+		return err
+	}
+	return d.twoStep()
+}
+
+// twoStep replaces the target where rename-exchange is unavailable:
+// tmp -> new (marks it complete), target -> old, new -> target, remove old.
+// Whichever step a crash stops at, recoverStale completes or undoes it.
+func (d *Dir) twoStep() error {
+	parent := filepath.Dir(d.target)
+	newPath := filepath.Join(parent, strings.Replace(filepath.Base(d.tmp), tmpTag, newTag, 1))
+	oldPath := filepath.Join(parent, strings.Replace(filepath.Base(d.tmp), tmpTag, oldTag, 1))
+	if err := os.Rename(d.tmp, newPath); err != nil {
+		return err
+	}
+	d.tmp = newPath // Abort removes it if a later step fails
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"set old aside", func() error { return os.Rename(d.target, oldPath) }},
+		{"move new in", func() error { return renameNoReplace(newPath, d.target) }},
+	}
+	for _, s := range steps {
+		if crashAt != nil {
+			if err := crashAt(s.name); err != nil {
+				d.done = true // a crash leaves everything as it is
+				return err
+			}
+		}
+		if err := s.fn(); err != nil {
+			if s.name == "move new in" {
+				_ = renameNoReplace(oldPath, d.target)
+			}
 			return err
 		}
 	}
-	return syncPath(filepath.Dir(d.target))
+	d.done = true
+	_ = syncPath(parent)
+	return os.RemoveAll(oldPath)
 }
 
 // Abort removes the temporary folder. It is safe to defer after Commit.
@@ -151,11 +333,47 @@ func syncPath(p string) error {
 	return f.Sync()
 }
 
-// CopyFile copies src to dst inside the folder being built.
-func (d *Dir) CopyFile(src, name string) error {
-	data, err := os.ReadFile(src)
+// WriteFile writes data as a new file name inside the folder being built
+// (mode 0644 less the umask) and fsyncs it.
+func (d *Dir) WriteFile(name string, data []byte) error {
+	f, err := os.OpenFile(d.Join(name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(d.Join(name), data, 0o644)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return f.Close()
+}
+
+var (
+	umaskOnce sync.Once
+	umask     os.FileMode
+)
+
+// Umask is the process's file mode creation mask, read once from
+// /proc/self/status (no change to the mask, so no race with other
+// goroutines creating files), else by setting and restoring it.
+func Umask() os.FileMode {
+	umaskOnce.Do(func() {
+		if b, err := os.ReadFile("/proc/self/status"); err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+					if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+						umask = os.FileMode(m)
+						return
+					}
+				}
+			}
+		}
+		m := unix.Umask(0o22)
+		unix.Umask(m)
+		umask = os.FileMode(m)
+	})
+	return umask
 }

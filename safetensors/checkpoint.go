@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"sparkconv/infile"
 )
 
 // IndexFile and SingleFile are the two ways a Hugging Face checkpoint folder
@@ -36,14 +38,16 @@ type Checkpoint struct {
 // OpenDir opens the checkpoint in dir: model.safetensors.index.json when
 // present (sharded), else model.safetensors. Every shard is validated; index
 // shard names must be plain file names inside dir, and every indexed tensor
-// must be in the shard the index names.
+// must be in the shard the index names. A file that is a symlink is followed
+// wherever it points (the Hugging Face cache keeps snapshots/REV/NAME as
+// links to ../../blobs/HASH) as long as it ends at a regular file.
 func OpenDir(dir string) (*Checkpoint, error) {
 	idxPath := filepath.Join(dir, IndexFile)
 	if _, err := os.Lstat(idxPath); err == nil {
 		return openIndexed(dir, idxPath)
 	}
 	single := filepath.Join(dir, SingleFile)
-	if _, err := os.Stat(single); err != nil {
+	if _, err := os.Lstat(single); err != nil {
 		return nil, fmt.Errorf("%s: no %s or %s", dir, IndexFile, SingleFile)
 	}
 	f, err := OpenFile(single)
@@ -88,7 +92,7 @@ func checkShardName(shard string) error {
 }
 
 func openIndexed(dir, idxPath string) (*Checkpoint, error) {
-	data, err := os.ReadFile(idxPath)
+	data, err := infile.ReadFile(idxPath, infile.IndexMax)
 	if err != nil {
 		return nil, err
 	}
@@ -96,22 +100,13 @@ func openIndexed(dir, idxPath string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return nil, err
-	}
 	c := &Checkpoint{Dir: dir, byName: map[string]*File{}}
 	shards := map[string]*File{}
 	for _, shard := range sortedValues(idx.WeightMap) {
 		p := filepath.Join(dir, shard)
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
+		if _, err := os.Stat(p); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("%s: shard %q: %w", idxPath, shard, err)
-		}
-		if rel, err := filepath.Rel(root, real); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			c.Close()
-			return nil, fmt.Errorf("%s: shard %q links outside the model folder (to %s)", idxPath, shard, real)
 		}
 		f, err := OpenFile(p)
 		if err != nil {
@@ -165,6 +160,20 @@ func (c *Checkpoint) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Unchanged reports an error naming the first shard that was written to,
+// truncated or extended since it was opened.
+func (c *Checkpoint) Unchanged() error {
+	for _, f := range c.files {
+		if err := f.Unchanged(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Files lists the open shards.
+func (c *Checkpoint) Files() []*File { return c.files }
 
 // Names lists every tensor, sorted.
 func (c *Checkpoint) Names() []string { return c.names }

@@ -13,59 +13,89 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sparkconv/dtype"
+	"sparkconv/infile"
 )
 
 // File is one memory-mapped safetensors file. Tensor data is read from the
 // mapping on demand, so opening a multi-GB shard costs almost no memory.
+// The file stays open while mapped: Stamp tells whether it was written to
+// since, and Raw refuses to hand out a mapping of a file that shrank.
 type File struct {
 	Path   string
 	Header *Header
 	data   []byte // the whole mapping
+	f      *os.File
+	stamp  infile.Stamp
 }
 
-// OpenFile maps path read-only and validates its header.
+// OpenFile maps path read-only and validates its header. Only a regular
+// file is opened (a symlink is followed), never blocking on a FIFO.
 func OpenFile(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, st, err := infile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
 	h, err := ReadHeader(f, st.Size())
 	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	sf := &File{Path: path, Header: h}
+	sf := &File{Path: path, Header: h, f: f, stamp: infile.StampOf(path, st)}
 	if st.Size() > 0 {
 		sf.data, err = unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
 		if err != nil {
+			f.Close()
 			return nil, fmt.Errorf("%s: mmap: %w", path, err)
 		}
+		register(sf)
 	}
 	return sf, nil
 }
 
 // Close unmaps the file. Slices returned by Raw are invalid afterwards.
 func (f *File) Close() error {
-	if f.data == nil {
-		return nil
+	var err error
+	if f.data != nil {
+		unregister(f)
+		err = unix.Munmap(f.data)
+		f.data = nil
 	}
-	err := unix.Munmap(f.data)
-	f.data = nil
+	if f.f != nil {
+		err = errors.Join(err, f.f.Close())
+		f.f = nil
+	}
 	return err
 }
 
+// Unchanged reports an error naming the file when it was written to,
+// truncated or extended since it was opened.
+func (f *File) Unchanged() error {
+	if f.f == nil {
+		return nil
+	}
+	return f.stamp.CheckOpen(f.f)
+}
+
+// Stamp is what the file was when it was opened.
+func (f *File) Stamp() infile.Stamp { return f.stamp }
+
 // Raw returns the named tensor's bytes, a slice of the mapping (read-only).
+// It first checks that the file did not shrink since it was mapped (reading
+// past its new end would fault).
 func (f *File) Raw(name string) (TensorInfo, []byte, error) {
 	t, ok := f.Header.Tensor(name)
 	if !ok {
 		return TensorInfo{}, nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
+	if f.f != nil {
+		st, err := f.f.Stat()
+		if err != nil {
+			return t, nil, fmt.Errorf("%s: %w", f.Path, err)
+		}
+		if st.Size() < f.stamp.Size {
+			return t, nil, fmt.Errorf("%s: %w (truncated from %d to %d bytes while sparkconv was reading it); nothing written, run again",
+				f.Path, infile.ErrChanged, f.stamp.Size, st.Size())
+		}
 	}
 	start := f.Header.DataStart()
 	return t, f.data[start+t.Begin : start+t.End : start+t.End], nil
@@ -79,7 +109,7 @@ func (f *File) Float32(name string) (TensorInfo, []float32, error) {
 		return t, nil, err
 	}
 	out := make([]float32, t.NumElements())
-	if err := toFloat32Parallel(out, raw, t.DType); err != nil {
+	if err := Guard(func() error { return toFloat32Parallel(out, raw, t.DType) }); err != nil {
 		return t, nil, fmt.Errorf("%s: tensor %q: %w", f.Path, name, err)
 	}
 	return t, out, nil
@@ -95,47 +125,63 @@ func CheckFinite(t TensorInfo, raw []byte) error {
 		if t.DType == dtype.F16 {
 			exp = 0x7c00
 		}
-		if i := firstAllOnes16(raw[:2*n], exp); i >= 0 {
+		i, err := firstAllOnes16(raw[:2*n], exp)
+		if err != nil {
+			return err
+		}
+		if i >= 0 {
 			v := binary.LittleEndian.Uint16(raw[2*i:])
 			return nonFinite(t, i, v&^0x8000 == exp)
 		}
 	case dtype.F32:
-		for i := range n {
-			f := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-				return nonFinite(t, i, !math.IsNaN(float64(f)))
+		return Guard(func() error {
+			for i := range n {
+				f := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+				if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+					return nonFinite(t, i, !math.IsNaN(float64(f)))
+				}
 			}
-		}
+			return nil
+		})
 	}
 	return nil
 }
 
 // firstAllOnes16 returns the index of the first 16-bit little-endian value
 // whose bits under exp are all set (NaN or Inf), or -1.
-func firstAllOnes16(raw []byte, exp uint16) int {
+func firstAllOnes16(raw []byte, exp uint16) (int, error) {
 	const chunk = 1 << 22 // bytes per task, a multiple of 8
 	tasks := (len(raw) + chunk - 1) / chunk
 	found := make([]int, tasks)
 	var next atomic.Int64
+	var fault atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), tasks) {
 		wg.Go(func() {
-			for c := int(next.Add(1) - 1); c < tasks; c = int(next.Add(1) - 1) {
-				lo := c * chunk
-				found[c] = scanAllOnes16(raw[lo:min(lo+chunk, len(raw))], exp)
-				if found[c] >= 0 {
-					found[c] += lo / 2
+			if err := Guard(func() error {
+				for c := int(next.Add(1) - 1); c < tasks; c = int(next.Add(1) - 1) {
+					lo := c * chunk
+					found[c] = scanAllOnes16(raw[lo:min(lo+chunk, len(raw))], exp)
+					if found[c] >= 0 {
+						found[c] += lo / 2
+					}
 				}
+				return nil
+			}); err != nil {
+				fault.Store(&err)
 			}
 		})
 	}
 	wg.Wait()
+	if e := fault.Load(); e != nil {
+		return -1, *e
+	}
 	for _, i := range found {
 		if i >= 0 {
-			return i
+			return i, nil
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 func scanAllOnes16(raw []byte, exp uint16) int {
@@ -206,7 +252,7 @@ func toFloat32Parallel(dst []float32, raw []byte, d dtype.DType) error {
 		wg.Go(func() {
 			for c := int(next.Add(1) - 1); c < tasks; c = int(next.Add(1) - 1) {
 				lo, hi := c*chunk, min((c+1)*chunk, len(dst))
-				errs[c] = dtype.ToFloat32(dst[lo:hi], raw[lo*es:hi*es], d)
+				errs[c] = Guard(func() error { return dtype.ToFloat32(dst[lo:hi], raw[lo*es:hi*es], d) })
 			}
 		})
 	}

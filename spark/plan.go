@@ -1,5 +1,11 @@
 package spark
 
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
 // Plan is what `sparkconv inspect` reports: parameter counts, checkpoint
 // bytes per weight format, KV-cache and RoPE-table memory. All bytes are
 // computed from the config alone.
@@ -55,28 +61,62 @@ func (c *Config) linearShapes() [][2]int64 {
 	return [][2]int64{{int64(c.QDim() + 2*c.KVDim()), h}, {h, int64(c.QDim())}, {i, h}, {i, h}, {h, i}}
 }
 
-// NewPlan computes the plan for a context of maxModelLen tokens.
-func (c *Config) NewPlan(maxModelLen int) Plan {
-	var p Plan
-	h, v := int64(c.HiddenSize), int64(c.VocabSize)
-	var lin int64
-	for _, s := range c.linearShapes() {
-		lin += s[0] * s[1]
-	}
-	p.Params.Embedding = v * h
-	if !c.TieWordEmbeddings {
-		p.Params.Head = v * h
-	}
-	p.Params.Gate = int64(c.NumHeads) * h * int64(c.NumLayers)
-	p.Params.Norms = 2*h*int64(c.NumLayers) + h
-	p.Params.QuantLinears = lin * int64(c.NumLayers)
-	p.Params.PerLayer = lin + int64(c.NumHeads)*h + 2*h
-	p.Params.QuantizedCount = 5 * c.NumLayers
-	p.Params.Total = p.Params.Embedding + p.Params.Head + p.Params.Gate + p.Params.Norms + p.Params.QuantLinears
+// sizer does the plan's int64 arithmetic and remembers an overflow.
+type sizer struct{ overflow bool }
 
-	p.Formats = c.formatBytes(p.Params)
-	p.KVCache = c.kvPlan(maxModelLen)
-	p.RoPETables = c.ropePlan(maxModelLen)
+func (s *sizer) mul(xs ...int64) int64 {
+	r := uint64(1)
+	for _, x := range xs {
+		hi, lo := bits.Mul64(r, uint64(max(x, 0)))
+		if hi != 0 || lo > math.MaxInt64 {
+			s.overflow = true
+			return 0
+		}
+		r = lo
+	}
+	return int64(r)
+}
+
+func (s *sizer) add(xs ...int64) int64 {
+	var r int64
+	for _, x := range xs {
+		if r > math.MaxInt64-x {
+			s.overflow = true
+			return 0
+		}
+		r += x
+	}
+	return r
+}
+
+// NewPlan computes the plan for a context of maxModelLen tokens. It fails,
+// instead of printing a wrapped-around number, when a byte count would not
+// fit in an int64.
+func (c *Config) NewPlan(maxModelLen int) (Plan, error) {
+	var p Plan
+	var s sizer
+	h, v, L := int64(c.HiddenSize), int64(c.VocabSize), int64(c.NumLayers)
+	var lin int64
+	for _, sh := range c.linearShapes() {
+		lin = s.add(lin, s.mul(sh[0], sh[1]))
+	}
+	p.Params.Embedding = s.mul(v, h)
+	if !c.TieWordEmbeddings {
+		p.Params.Head = p.Params.Embedding
+	}
+	p.Params.Gate = s.mul(int64(c.NumHeads), h, L)
+	p.Params.Norms = s.add(s.mul(2, h, L), h)
+	p.Params.QuantLinears = s.mul(lin, L)
+	p.Params.PerLayer = s.add(lin, s.mul(int64(c.NumHeads), h), 2*h)
+	p.Params.QuantizedCount = 5 * c.NumLayers
+	p.Params.Total = s.add(p.Params.Embedding, p.Params.Head, p.Params.Gate, p.Params.Norms, p.Params.QuantLinears)
+
+	p.Formats = c.formatBytes(&s, p.Params)
+	p.KVCache = c.kvPlan(&s, maxModelLen)
+	p.RoPETables = c.ropePlan(&s, maxModelLen)
+	if s.overflow {
+		return Plan{}, fmt.Errorf("the plan's byte counts for %s at max_model_len %d do not fit in 64 bits", c.Summary(), maxModelLen)
+	}
 	p.Layers = map[string][]int{}
 	var m []byte
 	for i, t := range c.LayerTypes {
@@ -88,62 +128,64 @@ func (c *Config) NewPlan(maxModelLen int) Plan {
 		}
 	}
 	p.LayerTypeMap = string(m)
-	return p
+	return p, nil
 }
 
 // formatBytes sizes each format with group 128 for the 4-bit ones. bf16
 // parts (embedding, norms, g_proj) are 2 bytes per value.
-func (c *Config) formatBytes(pc ParamCounts) []FormatBytes {
+func (c *Config) formatBytes(s *sizer, pc ParamCounts) []FormatBytes {
 	const g = 128
 	v, h := int64(c.VocabSize), int64(c.HiddenSize)
-	rest := 2 * (pc.Embedding + pc.Gate + pc.Norms) // always bf16
-	w8 := func(n, k int64) int64 { return n*k + 2*n }
-	w4a16 := func(n, k int64) int64 { return n*k/2 + (k/g)*n*2*2 }
-	w4a8 := func(n, k int64) int64 { return n*k/2 + (k/g)*n*2 + (k/g)*(n/8)*4 + k*4 }
+	rest := s.mul(2, s.add(pc.Embedding, pc.Gate, pc.Norms)) // always bf16
+	w8 := func(n, k int64) int64 { return s.add(s.mul(n, k), 2*n) }
+	w4a16 := func(n, k int64) int64 { return s.add(s.mul(n, k)/2, s.mul(k/g, n, 2, 2)) }
+	w4a8 := func(n, k int64) int64 {
+		return s.add(s.mul(n, k)/2, s.mul(k/g, n, 2), s.mul(k/g, n/8, 4), s.mul(k, 4))
+	}
 	sum := func(f func(n, k int64) int64) int64 {
 		var t int64
-		for _, s := range c.linearShapes() {
-			t += f(s[0], s[1])
+		for _, sh := range c.linearShapes() {
+			t = s.add(t, f(sh[0], sh[1]))
 		}
-		return t * int64(c.NumLayers)
+		return s.mul(t, int64(c.NumLayers))
 	}
 	headBF16 := int64(0)
 	headLabel := "tied bf16"
 	if !c.TieWordEmbeddings {
-		headBF16, headLabel = 2*v*h, "bf16"
+		headBF16, headLabel = s.mul(2, v, h), "bf16"
 	}
 	out := []FormatBytes{
-		{"bf16", headLabel, rest + 2*pc.QuantLinears + headBF16},
-		{"w8a8", headLabel, rest + sum(w8) + headBF16},
+		{"bf16", headLabel, s.add(rest, s.mul(2, pc.QuantLinears), headBF16)},
+		{"w8a8", headLabel, s.add(rest, sum(w8), headBF16)},
 	}
 	for _, f := range []struct {
 		name string
 		fn   func(n, k int64) int64
 	}{{"w4a16", w4a16}, {"w4a8", w4a8}} {
-		body := rest + sum(f.fn)
+		body := s.add(rest, sum(f.fn))
 		out = append(out,
-			FormatBytes{f.name, headLabel, body + headBF16},
-			FormatBytes{f.name, "quantized", body + f.fn(v, h)})
+			FormatBytes{f.name, headLabel, s.add(body, headBF16)},
+			FormatBytes{f.name, "quantized", s.add(body, f.fn(v, h))})
 	}
 	return out
 }
 
-func (c *Config) kvPlan(ctx int) KVCachePlan {
-	perLayer := int64(2 * c.NumKVHeads * c.HeadDim * 2) // K and V, bf16
+func (c *Config) kvPlan(s *sizer, ctx int) KVCachePlan {
+	perLayer := s.mul(2, int64(c.NumKVHeads), int64(c.HeadDim), 2) // K and V, bf16
 	p := KVCachePlan{Context: ctx, SlidingCap: c.SlidingWindow - 1}
-	p.BytesPerTokenFlat = perLayer * int64(c.NumLayers)
-	p.FlatBytes = p.BytesPerTokenFlat * int64(ctx)
+	p.BytesPerTokenFlat = s.mul(perLayer, int64(c.NumLayers))
+	p.FlatBytes = s.mul(p.BytesPerTokenFlat, int64(ctx))
 	for i := range c.NumLayers {
 		tokens := ctx
 		if c.IsSliding(i) {
 			tokens = min(ctx, c.SlidingWindow-1)
 		}
-		p.HybridBytes += perLayer * int64(tokens)
+		p.HybridBytes = s.add(p.HybridBytes, s.mul(perLayer, int64(tokens)))
 	}
 	return p
 }
 
-func (c *Config) ropePlan(maxModelLen int) RoPETablePlan {
+func (c *Config) ropePlan(s *sizer, maxModelLen int) RoPETablePlan {
 	var half int64
 	seen := map[LayerType]bool{}
 	for i, t := range c.LayerTypes {
@@ -152,10 +194,10 @@ func (c *Config) ropePlan(maxModelLen int) RoPETablePlan {
 			half += int64(c.RotaryDims(i) / 2)
 		}
 	}
-	per := half * 2 * 2 // cos and sin, bf16
+	per := s.mul(half, 2, 2) // cos and sin, bf16
 	return RoPETablePlan{
 		BytesPerPosition: per, MaxPositions: c.MaxPositionEmbeddings,
-		BytesByMaxPosition: per * int64(c.MaxPositionEmbeddings),
-		MaxModelLen:        maxModelLen, BytesByModelLen: per * int64(maxModelLen),
+		BytesByMaxPosition: s.mul(per, int64(c.MaxPositionEmbeddings)),
+		MaxModelLen:        maxModelLen, BytesByModelLen: s.mul(per, int64(maxModelLen)),
 	}
 }

@@ -1,6 +1,7 @@
 package spark
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,7 +106,10 @@ func TestPlanRealModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := c.NewPlan(2048)
+	p, err := c.NewPlan(2048)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The spec: RoPE tables 640 MB by max_position_embeddings vs 1.25 MB by max_model_len.
 	if p.RoPETables.BytesByMaxPosition != 640<<20 || p.RoPETables.BytesByModelLen != 1280<<10 {
 		t.Errorf("rope tables %d / %d bytes, want 640 MiB / 1.25 MiB", p.RoPETables.BytesByMaxPosition, p.RoPETables.BytesByModelLen)
@@ -175,5 +179,102 @@ func TestCheckTensorsListsEverything(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+// TestConfigSizesBounded: sizes no real model has are refused by field
+// before anything is allocated from them (num_hidden_layers 1e9 once cost
+// a 16 GB slice), and a config asking for more layers than the checkpoint
+// holds is refused by Open before the tensors are listed.
+func TestConfigSizesBounded(t *testing.T) {
+	base := `"vocab_size":512,"hidden_size":128,"intermediate_size":192,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":32,"rms_norm_eps":1e-6,"rope_theta":5e6,"partial_rotary_factor":0.25,"sliding_rope_theta":1e4,"sliding_window":8`
+	for _, c := range []struct{ extra, want string }{
+		{`,"num_hidden_layers":1000000000`, "field num_hidden_layers = 1000000000, must be in [1, 4096]"},
+		{`,"num_hidden_layers":4,"vocab_size":1e12`, "vocab_size"},
+		{`,"num_hidden_layers":4,"vocab_size":99999999999`, "field vocab_size = 99999999999"},
+		{`,"num_hidden_layers":4,"max_position_embeddings":4611686018427387904`, "max_position_embeddings"},
+		{`,"num_hidden_layers":4,"sliding_window":4611686018427387904`, "sliding_window"},
+		{`,"num_hidden_layers":4,"head_dim":1048576`, "head_dim"},
+	} {
+		_, err := ParseConfig([]byte("{" + base + c.extra + "}"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.extra, err, c.want)
+		}
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"model.safetensors", "tokenizer.json"} {
+		b, _ := os.ReadFile(goldenDir + "spark-mini-untied/" + f)
+		os.WriteFile(filepath.Join(dir, f), b, 0o644)
+	}
+	cfg, _ := os.ReadFile(goldenDir + "spark-mini-untied/config.json")
+	cfg = []byte(strings.Replace(string(cfg), `"num_hidden_layers": 4`, `"num_hidden_layers": 4000`, 1))
+	if !strings.Contains(string(cfg), "4000") {
+		t.Fatal("test config edit failed")
+	}
+	cfg = []byte(strings.Replace(string(cfg), `"layer_types"`, `"unused_layer_types"`, 1))
+	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "num_hidden_layers = 4000 needs at least 32002 tensors") {
+		t.Errorf("layers beyond the checkpoint: %v", err)
+	}
+}
+
+// TestPlanOverflow: byte counts that do not fit in 64 bits are refused,
+// never printed wrapped around.
+func TestPlanOverflow(t *testing.T) {
+	c, err := ParseConfig([]byte(realConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.NewPlan(MaxPositions); err != nil {
+		t.Errorf("2^30 tokens on the real model: %v", err)
+	}
+	c.NumKVHeads, c.HeadDim, c.NumLayers = 1<<12, 1<<14, 1<<12
+	c.LayerTypes = make([]LayerType, c.NumLayers)
+	for i := range c.LayerTypes {
+		c.LayerTypes[i] = Full
+	}
+	if _, err := c.NewPlan(MaxPositions); err == nil || !strings.Contains(err.Error(), "64 bits") {
+		t.Errorf("overflowing plan: %v", err)
+	}
+}
+
+// TestNaNRefusedOnRead: a NaN weight is refused by Raw and Float32, naming
+// the tensor and the file, as every command reads weights through them.
+func TestNaNRefusedOnRead(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		b, _ := os.ReadFile(goldenDir + "spark-mini-untied/" + f)
+		os.WriteFile(filepath.Join(dir, f), b, 0o644)
+	}
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := LayerWeight(1, MLPUp)
+	info, _ := m.Info(name)
+	m.Close()
+	// Poke a bf16 NaN (0x7fc0) into the middle of the tensor on disk.
+	f, _ := os.OpenFile(filepath.Join(dir, "model.safetensors"), os.O_RDWR, 0)
+	var hdr [8]byte
+	f.ReadAt(hdr[:], 0)
+	start := 8 + int64(binary.LittleEndian.Uint64(hdr[:]))
+	f.WriteAt([]byte{0xc0, 0x7f}, start+info.Begin+10*2)
+	f.Close()
+	m, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, read := range []func() error{
+		func() error { _, _, err := m.Raw(name); return err },
+		func() error { _, _, err := m.Float32(name); return err },
+		m.CheckFinite,
+	} {
+		if err := read(); err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "NaN at flat index 10") {
+			t.Errorf("read of a NaN tensor: %v", err)
+		}
+	}
+	if _, _, err := m.Raw(LayerWeight(0, MLPUp)); err != nil {
+		t.Errorf("a finite tensor: %v", err)
 	}
 }

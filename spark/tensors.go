@@ -6,7 +6,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
+	"sparkconv/infile"
 	"sparkconv/safetensors"
 )
 
@@ -151,11 +153,18 @@ func (c *Config) CheckTensors(ck *safetensors.Checkpoint) error {
 	return fmt.Errorf("%s: checkpoint does not match config.json (%d problems):\n  %s", ck.Dir, len(problems), strings.Join(problems, "\n  "))
 }
 
-// Model is an opened, validated Spark checkpoint folder.
+// Model is an opened, validated Spark checkpoint folder. Its config.json
+// is read once (ConfigJSON): whoever writes a config for an output derives
+// it from these bytes, never from the folder again, so a folder replaced
+// during a run cannot mix into it. Raw and Float32 refuse a tensor holding
+// NaN or Inf, naming it, the first time it is read.
 type Model struct {
-	Dir    string
-	Config *Config
+	Dir        string
+	Config     *Config
+	ConfigJSON []byte
 	*safetensors.Checkpoint
+	configStamp infile.Stamp
+	finite      sync.Map // tensor name -> error (nil when finite)
 }
 
 // QuantizedError is Open's refusal of a quantized checkpoint: the commands
@@ -184,7 +193,7 @@ func (e *QuantizedError) Error() string {
 // Open loads config.json, opens the safetensors files and checks every
 // tensor against the config. Tensor data stays on disk (memory-mapped).
 func Open(dir string) (*Model, error) {
-	cfg, err := LoadConfig(dir)
+	cfg, data, stamp, err := readConfig(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -195,23 +204,82 @@ func Open(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.checkCapacity(ck); err != nil {
+		ck.Close()
+		return nil, err
+	}
 	if err := cfg.CheckTensors(ck); err != nil {
 		ck.Close()
 		return nil, err
 	}
-	return &Model{Dir: dir, Config: cfg, Checkpoint: ck}, nil
+	// config.json and the shards must be one checkpoint: the config must
+	// not have been replaced while the shards were opened.
+	if err := stamp.Check(); err != nil {
+		ck.Close()
+		return nil, err
+	}
+	return &Model{Dir: dir, Config: cfg, ConfigJSON: data, Checkpoint: ck, configStamp: stamp}, nil
+}
+
+// checkCapacity refuses a config that asks for more layers than the
+// checkpoint holds tensors for, before anything is sized from it.
+func (c *Config) checkCapacity(ck *safetensors.Checkpoint) error {
+	perLayer := 8
+	if need := perLayer*c.NumLayers + 2; need > len(ck.Names()) {
+		return fmt.Errorf("%s: config.json field num_hidden_layers = %d needs at least %d tensors, the checkpoint holds %d (room for at most %d layers)",
+			ck.Dir, c.NumLayers, need, len(ck.Names()), max(0, (len(ck.Names())-2)/perLayer))
+	}
+	return nil
+}
+
+// Unchanged reports an error naming the first input file that changed
+// since Open: a shard written to or truncated in place.
+func (m *Model) Unchanged() error { return m.Checkpoint.Unchanged() }
+
+// Raw returns the tensor's bytes (a read-only slice of the mapping). A
+// float tensor is scanned for NaN/Inf the first time it is read.
+func (m *Model) Raw(name string) (safetensors.TensorInfo, []byte, error) {
+	t, raw, err := m.Checkpoint.Raw(name)
+	if err != nil {
+		return t, nil, err
+	}
+	if err := m.checkFinite(name, t, raw); err != nil {
+		return t, nil, err
+	}
+	return t, raw, nil
+}
+
+// Float32 decodes a float tensor into a new float32 slice, refusing
+// NaN/Inf as Raw does.
+func (m *Model) Float32(name string) (safetensors.TensorInfo, []float32, error) {
+	if _, _, err := m.Raw(name); err != nil {
+		return safetensors.TensorInfo{}, nil, err
+	}
+	return m.Checkpoint.Float32(name)
+}
+
+func (m *Model) checkFinite(name string, t safetensors.TensorInfo, raw []byte) error {
+	if v, ok := m.finite.Load(name); ok {
+		err, _ := v.(error)
+		return err
+	}
+	err := safetensors.CheckFinite(t, raw)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", m.File(name), err)
+	}
+	m.finite.Store(name, err)
+	return err
 }
 
 // CheckFinite scans every tensor for NaN/Inf and names each one found.
 func (m *Model) CheckFinite() error {
 	var errs []error
 	for _, n := range m.Names() {
-		t, raw, err := m.Raw(n)
-		if err != nil {
-			return err
-		}
-		if err := safetensors.CheckFinite(t, raw); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", m.File(n), err))
+		if _, _, err := m.Raw(n); err != nil {
+			if errors.Is(err, infile.ErrChanged) {
+				return err
+			}
+			errs = append(errs, err)
 		}
 		m.Release(n) // keep the resident set at one tensor, not the model
 	}

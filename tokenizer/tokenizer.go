@@ -37,9 +37,10 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"unsafe"
+
+	"sparkconv/infile"
 )
 
 // Tokenizer is a loaded tokenizer.json. It is safe for concurrent use.
@@ -55,7 +56,7 @@ type Tokenizer struct {
 
 // Load reads and parses a tokenizer.json file.
 func Load(path string) (*Tokenizer, error) {
-	data, err := os.ReadFile(path)
+	data, err := infile.ReadFile(path, infile.TokenizerMax) // a regular file, size capped
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}

@@ -92,7 +92,7 @@ func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out strin
 	if total < minTokens {
 		return fmt.Errorf("the samples (%d) give %d tokens, fewer than the %d needed (--min-tokens): add samples", len(texts), total, minTokens)
 	}
-	d, err := outdir.Create(out, force)
+	d, err := outdir.Create(out, force, append([]string{modelDir}, files...)...)
 	if err != nil {
 		return err
 	}

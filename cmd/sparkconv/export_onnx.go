@@ -119,7 +119,7 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 	n, _ := onnxgraph.GraphCount(m.Config, o)
 	bar := progress.New(int64(n), "export-onnx", false)
 	o.Done = func(file string, _ int64) { bar.Describe(file); bar.Add(1) }
-	d, err := outdir.Create(f.out, f.force)
+	d, err := outdir.Create(f.out, f.force, f.model)
 	if err != nil {
 		return err
 	}

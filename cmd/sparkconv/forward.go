@@ -14,6 +14,7 @@ import (
 
 	"sparkconv/convert"
 	"sparkconv/forward"
+	"sparkconv/outdir"
 	"sparkconv/safetensors"
 	"sparkconv/tokenizer"
 )
@@ -72,8 +73,13 @@ type forwardTopEntry struct {
 
 func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK int, force bool) error {
 	start := time.Now()
-	if _, err := os.Lstat(dump); dump != "" && err == nil && !force {
-		return fmt.Errorf("--dump %s already exists (use --force to replace it)", dump)
+	if dump != "" {
+		if err := outdir.CheckDisjoint(dump, modelDir); err != nil {
+			return usageError{fmt.Errorf("--dump: %w", err)}
+		}
+		if _, err := os.Lstat(dump); err == nil && !force {
+			return fmt.Errorf("--dump %s already exists (use --force to replace it)", dump)
+		}
 	}
 	tok, err := loadModelTokenizer(modelDir, text != "")
 	if err != nil {

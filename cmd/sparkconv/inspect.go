@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
 
@@ -13,8 +16,13 @@ func init() {
 	var model string
 	var maxLen int
 	cmd := &cobra.Command{
-		Use:     "inspect --model DIR",
-		Short:   "Plan memory: config summary, layer types, parameter counts, bytes per format, KV cache and RoPE tables",
+		Use:   "inspect --model DIR",
+		Short: "Plan memory: config summary, layer types, parameter counts, bytes per format, KV cache and RoPE tables",
+		Long: `Prints the config summary, layer types, parameter counts, checkpoint bytes
+per output format, KV-cache and RoPE-table memory at --max-model-len. A folder
+with weights is checked first (every tensor against config.json); a folder
+holding only config.json is planned from it alone (say so on stderr, and
+"weights": "absent" in --json), so a plan needs no download of the weights.`,
 		Example: "  sparkconv inspect --model /tmp/spark-tiny --max-model-len 4096 --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -24,22 +32,46 @@ func init() {
 			if maxLen < 1 {
 				return usagef("--max-model-len must be >= 1")
 			}
-			m, err := spark.Open(model)
+			cfg, weights, err := inspectConfig(model)
 			if err != nil {
 				return err
 			}
-			defer m.Close()
-			plan := m.Config.NewPlan(maxLen)
-			if jsonOut {
-				return printJSON(map[string]any{"model": model, "config": m.Config, "plan": plan})
+			plan, err := cfg.NewPlan(maxLen)
+			if err != nil {
+				return err
 			}
-			printPlan(cmd.OutOrStdout(), m.Config, plan)
+			if jsonOut {
+				return printJSON(map[string]any{"model": model, "weights": weights, "config": cfg, "plan": plan})
+			}
+			if weights != "checked" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "sparkconv: %s has no weights (no %s or %s): planned from config.json alone\n", model, safetensors.SingleFile, safetensors.IndexFile)
+			}
+			printPlan(cmd.OutOrStdout(), cfg, plan)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&model, "model", "", "model folder (config.json + safetensors)")
 	cmd.Flags().IntVar(&maxLen, "max-model-len", 2048, "context the runtime is sized for")
 	rootCmd.AddCommand(cmd)
+}
+
+// inspectConfig returns the folder's config and how its weights stood:
+// "checked" when a checkpoint is present (every tensor checked against the
+// config, as every command does), "absent" when the folder holds only
+// config.json, which is enough to plan before downloading the weights.
+func inspectConfig(dir string) (*spark.Config, string, error) {
+	_, errSingle := os.Lstat(filepath.Join(dir, safetensors.SingleFile))
+	_, errIndex := os.Lstat(filepath.Join(dir, safetensors.IndexFile))
+	if errSingle != nil && errIndex != nil {
+		cfg, err := spark.LoadConfig(dir)
+		return cfg, "absent", err
+	}
+	m, err := spark.Open(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	defer m.Close()
+	return m.Config, "checked", nil
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.2f MB", float64(n)/(1<<20)) }

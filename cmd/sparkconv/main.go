@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"sparkconv/outdir"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -91,7 +93,7 @@ func exitCode(err error) int {
 		return 0
 	case errors.Is(err, context.Canceled):
 		return 130
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.Is(err, outdir.ErrOverlap):
 		return 2
 	default:
 		return 1
