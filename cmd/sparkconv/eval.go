@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/eval"
+	"sparkconv/forward"
+	"sparkconv/progress"
+	"sparkconv/spark"
+	"sparkconv/tokenizer"
+)
+
+// evalFlags are the flags of eval (and of the builds' --eval).
+type evalFlags struct {
+	base, model, samples, ids, baseLogits, report string
+	opt                                           eval.Options
+	force                                         bool
+}
+
+func (e *evalFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&e.base, "base", "", "the original model folder (config.json + safetensors + tokenizer.json)")
+	f.StringVar(&e.model, "model", "", "the build to score: any checkpoint or sparkconv output folder")
+	f.StringVar(&e.samples, "samples", "", "held-out text (samples separated by --- lines, or .jsonl); default: the built-in held-out text")
+	f.StringVar(&e.ids, "ids", "", "file of whitespace-separated token ids, taken as they are (no BOS added)")
+	f.IntVar(&e.opt.Ctx, "ctx", 512, "window length in tokens; positions ctx/2 .. ctx-2 of each window are scored")
+	f.IntVar(&e.opt.Prompts, "greedy", 8, "greedy test: how many prompts (one per sample), 0 to skip it")
+	f.IntVar(&e.opt.GenTokens, "gen-tokens", 32, "greedy test: tokens generated per prompt")
+	f.StringVar(&e.baseLogits, "base-logits", "", "keep the base's log-probs in this file: computed when absent, reused when present")
+	f.StringVar(&e.report, "report", "", "write a self-contained HTML report to this file")
+	f.BoolVar(&e.force, "force", false, "replace an existing --report file, recompute an existing --base-logits file")
+}
+
+// check validates the flags (usage errors).
+func (e *evalFlags) check(needModel bool) error {
+	switch {
+	case e.base == "":
+		return usagef("--base is required")
+	case needModel && e.model == "":
+		return usagef("--model is required")
+	case e.samples != "" && e.ids != "":
+		return usagef("give at most one of --samples and --ids")
+	}
+	if err := e.opt.Check(); err != nil {
+		return usagef("%v", err)
+	}
+	if _, err := os.Lstat(e.report); e.report != "" && err == nil && !e.force {
+		return fmt.Errorf("--report %s already exists (use --force to replace it)", e.report)
+	}
+	e.opt.Force = e.force
+	return nil
+}
+
+func init() {
+	var ef evalFlags
+	cmd := &cobra.Command{
+		Use:   "eval --base ORIG --model BUILD [--samples FILE | --ids FILE] [--ctx 512] [--base-logits FILE] [--report FILE.html]",
+		Short: "Measure a build's fidelity to the original on held-out text: KL divergence, same top-1, perplexity, greedy reproduction",
+		Long: `Scores a build against the original as llama.cpp's llama-perplexity
+--kl-divergence does: the text's token stream is cut into windows of --ctx
+tokens (a last partial window is dropped), and in each window the positions
+ctx/2 .. ctx-2 are scored against the next token: KL divergence of the build's
+next-token distribution from the original's (mean with its standard error,
+median, 90/99/99.9 % and max), how often the most likely token is the same,
+both perplexities and their ratio, mean ln(PPL ratio) with its uncertainty,
+and the change in the true token's probability (mean and RMS). Then the greedy
+test: the first tokens of each sample are a prompt, the original continues it
+greedily by --gen-tokens tokens, and the build's continuation is compared.
+
+The build may be any checkpoint or sparkconv output (W8A8, GPTQ W4A8, W4A16):
+the forward dequantizes it and quantizes the activations as the runtime does.
+The original's log-probs are computed once and kept with --base-logits, so
+scoring several builds runs the original once (a file made for other text,
+--ctx or greedy settings is refused). Without --samples or --ids the held-out
+text built into sparkconv is used (English, code, Chinese and tool calls,
+disjoint from the calibration corpus).`,
+		Example: `  sparkconv eval --base /tmp/spark-tiny --model /tmp/spark-tiny-w8a8
+  sparkconv eval --base /tmp/spark --model /tmp/spark-w4a16 --base-logits /tmp/base.st --report /tmp/w4a16.html --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := ef.check(true); err != nil {
+				return err
+			}
+			r, err := runEval(&ef)
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return printJSON(r)
+			}
+			printEval(cmd.OutOrStdout(), r)
+			return nil
+		},
+	}
+	ef.register(cmd)
+	rootCmd.AddCommand(cmd)
+}
+
+// evalText reads the evaluation text the flags name.
+func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
+	const promptLen = 32
+	if ef.ids != "" {
+		data, err := os.ReadFile(ef.ids)
+		if err != nil {
+			return nil, err
+		}
+		return eval.ParseIDs(data, ef.ids, vocab, promptLen)
+	}
+	tok, err := tokenizer.Load(filepath.Join(ef.base, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("--base: %w (give --ids to score token ids without a tokenizer)", err)
+	}
+	if ef.samples == "" {
+		return eval.TextFromSamples([]byte(eval.HeldOut), eval.HeldOutName, false, tok, promptLen)
+	}
+	data, err := os.ReadFile(ef.samples)
+	if err != nil {
+		return nil, err
+	}
+	return eval.TextFromSamples(data, ef.samples, strings.EqualFold(filepath.Ext(ef.samples), ".jsonl"), tok, promptLen)
+}
+
+// runEval scores ef.model against ef.base.
+func runEval(ef *evalFlags) (*eval.Result, error) {
+	cfg, err := spark.LoadConfig(ef.base)
+	if err != nil {
+		return nil, err
+	}
+	text, err := evalText(ef, cfg.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	if text.Windows(ef.opt.Ctx) == 0 {
+		return nil, fmt.Errorf("%s gives %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), ef.opt.Ctx)
+	}
+	windows := int64(text.Windows(ef.opt.Ctx))
+	bar := progress.New(windows, "eval base", false)
+	opt := ef.opt
+	opt.Progress = func(n int) { bar.Add(int64(n)) }
+	b, done, err := eval.EnsureBase(ef.baseLogits, func() (eval.Model, func(), error) {
+		m, err := openForward(ef.base, forward.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return eval.Forward{M: m}, func() { m.Close() }, nil
+	}, text, opt, cfg.VocabSize)
+	bar.Done(true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	m, err := openForward(ef.model, forward.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	bar = progress.New(windows, "eval build", false)
+	opt.Progress = func(n int) { bar.Add(int64(n)) }
+	r, err := eval.Evaluate(b, eval.Forward{M: m}, opt)
+	bar.Done(true)
+	if err != nil {
+		return nil, err
+	}
+	if ef.report != "" {
+		if err := eval.WriteReport(ef.report, r, ef.model, ef.force); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// printEval prints the figures as llama.cpp's summary does.
+func printEval(w io.Writer, r *eval.Result) {
+	fmt.Fprintf(w, "%s vs %s\n%s: %d windows of %d tokens, %d tokens scored; %.1f s (%.0f tokens/s through the build)\n",
+		r.Model, r.Base, r.Text, r.Window, r.Ctx, r.TokensScored, r.Seconds, r.TokensPerS)
+	fmt.Fprintf(w, "  Mean PPL(Q)                : %10.4f\n", r.PPL)
+	fmt.Fprintf(w, "  Mean PPL(base)             : %10.4f\n", r.PPLBase)
+	fmt.Fprintf(w, "  PPL ratio                  : %10.6f\n", r.PPLRatio)
+	fmt.Fprintf(w, "  Mean ln(PPL(Q)/PPL(base))  : %10.6f ± %.6f\n", r.LnPPLRatio.Mean, r.LnPPLRatio.Stderr)
+	fmt.Fprintf(w, "  Mean KLD                   : %10.6f ± %.6f\n", r.KLD.Mean, r.KLD.Stderr)
+	fmt.Fprintf(w, "  KLD median / 90%% / 99%% / 99.9%% / max: %.6f / %.6f / %.6f / %.6f / %.6f\n", r.KLD.Median, r.KLD.P90, r.KLD.P99, r.KLD.P999, r.KLD.Max)
+	fmt.Fprintf(w, "  Same top-1                 : %9.3f %% ± %.3f %%\n", 100*r.SameTop1, 100*r.SameTop1Err)
+	fmt.Fprintf(w, "  Mean Δp / RMS Δp           : %9.3f %% / %.3f %%\n", 100*r.DeltaP.Mean, 100*r.DeltaP.RMS)
+	if g := r.Greedy; g.Prompts > 0 {
+		fmt.Fprintf(w, "  Greedy, %d tokens           : %d/%d reproduced exactly, %.1f %% of the prefix kept\n", g.Tokens, g.Exact, g.Prompts, 100*g.PrefixKept)
+	}
+}

@@ -1,0 +1,232 @@
+package eval
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"unsafe"
+
+	"sparkconv/dtype"
+	"sparkconv/safetensors"
+)
+
+// The base log-probs file (--base-logits) is a safetensors file holding
+// what the build is compared against, so evaluating several builds runs
+// the original once:
+//
+//	ids          I64 [windows*ctx]       the windows' tokens
+//	logprobs.{w} F32 [ctx-1-ctx/2, V]    window w's log-probabilities at
+//	                                     the scored positions
+//	prompts      I64 [n, promptLen]      the greedy prompts (n > 0)
+//	greedy       I64 [n, gen]            the base's greedy continuations
+//
+// with metadata format, ctx, vocab, base (what the base was) and source
+// (the text). Log-probabilities are kept in float32, not quantized to 16
+// bits as llama.cpp does, so a build identical to the base scores exactly 0.
+const baseFormat = "sparkconv-eval-base/1"
+
+// BaseLogits is an opened base log-probs file.
+type BaseLogits struct {
+	Path    string
+	Ctx     int
+	Vocab   int
+	Base    string // the base model's description
+	Source  string
+	IDs     []int
+	Prompts [][]int
+	Greedy  [][]int
+	f       *safetensors.File
+}
+
+// Windows is the number of windows the file holds.
+func (b *BaseLogits) Windows() int { return len(b.IDs) / b.Ctx }
+
+// LogProbs returns window w's stored log-probabilities [count*V] (a view
+// of the mapped file).
+func (b *BaseLogits) LogProbs(w int) ([]float32, error) {
+	info, raw, err := b.f.Raw("logprobs." + strconv.Itoa(w))
+	if err != nil {
+		return nil, err
+	}
+	_, count := Scored(b.Ctx)
+	if info.DType != dtype.F32 || !slices.Equal(info.Shape, []int64{int64(count), int64(b.Vocab)}) {
+		return nil, fmt.Errorf("%s: logprobs.%d is %s%v, want F32[%d %d]", b.Path, w, info.DType, info.Shape, count, b.Vocab)
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/4), nil
+}
+
+// Release drops window w's pages once scored.
+func (b *BaseLogits) Release(w int) { b.f.Release("logprobs." + strconv.Itoa(w)) }
+
+// Close unmaps the file.
+func (b *BaseLogits) Close() error { return b.f.Close() }
+
+// WriteBase runs the base over text's windows and greedy prompts and writes
+// path (atomically; an existing file is replaced only with force).
+func WriteBase(path string, base Model, text *Text, opt Options) error {
+	windows := text.Windows(opt.Ctx)
+	if windows == 0 {
+		return fmt.Errorf("%s: %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), opt.Ctx)
+	}
+	first, count := Scored(opt.Ctx)
+	V := base.Vocab()
+	prompts := text.Prompts[:min(opt.Prompts, len(text.Prompts))]
+	greedy, err := Generate(base, prompts, opt.GenTokens)
+	if err != nil {
+		return fmt.Errorf("base greedy: %w", err)
+	}
+	ids := text.Stream[:windows*opt.Ctx]
+	tensors := []safetensors.Tensor{i64Tensor("ids", [][]int{ids})}
+	for w := range windows {
+		tensors = append(tensors, safetensors.Tensor{
+			Name: "logprobs." + strconv.Itoa(w), DType: dtype.F32, Shape: []int64{int64(count), int64(V)},
+			Produce: func() ([]byte, error) {
+				win := text.Window(w, opt.Ctx)
+				logits, err := base.Logits(win[:opt.Ctx-1], first)
+				if err != nil {
+					return nil, fmt.Errorf("base, window %d: %w", w, err)
+				}
+				lp := make([]float32, len(logits))
+				for r := range count {
+					LogSoftmax(lp[r*V:(r+1)*V], logits[r*V:(r+1)*V])
+				}
+				if opt.Progress != nil {
+					opt.Progress(1)
+				}
+				return f32Bytes(lp), nil
+			},
+		})
+	}
+	if len(prompts) > 0 {
+		tensors = append(tensors, i64Tensor("prompts", prompts), i64Tensor("greedy", greedy))
+	}
+	meta := map[string]string{
+		"format": baseFormat, "ctx": strconv.Itoa(opt.Ctx), "vocab": strconv.Itoa(V),
+		"base": base.Describe(), "source": text.Source,
+	}
+	return safetensors.WriteFile(path, tensors, safetensors.WriteOptions{Metadata: meta}, opt.Force)
+}
+
+// OpenBase opens a base log-probs file and checks that it was made for
+// this text, context and vocabulary.
+func OpenBase(path string, text *Text, opt Options, vocab int) (*BaseLogits, error) {
+	f, err := safetensors.OpenFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b := &BaseLogits{Path: path, f: f}
+	if err := b.load(text, opt, vocab); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--base-logits %s: %w", path, err)
+	}
+	return b, nil
+}
+
+func (b *BaseLogits) load(text *Text, opt Options, vocab int) error {
+	md := b.f.Header.Metadata
+	if md["format"] != baseFormat {
+		return fmt.Errorf("not a sparkconv eval base file (metadata format %q, want %q)", md["format"], baseFormat)
+	}
+	var err1, err2 error
+	b.Ctx, err1 = strconv.Atoi(md["ctx"])
+	b.Vocab, err2 = strconv.Atoi(md["vocab"])
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("bad ctx %q or vocab %q in the metadata", md["ctx"], md["vocab"])
+	}
+	b.Base, b.Source = md["base"], md["source"]
+	stale := func(what string) error {
+		return fmt.Errorf("made for %s; delete it or give another path to recompute the base", what)
+	}
+	if b.Ctx != opt.Ctx {
+		return stale(fmt.Sprintf("--ctx %d, not %d", b.Ctx, opt.Ctx))
+	}
+	if b.Vocab != vocab {
+		return stale(fmt.Sprintf("a vocabulary of %d, not %d", b.Vocab, vocab))
+	}
+	ids, err := b.i64("ids", 1)
+	if err != nil {
+		return err
+	}
+	b.IDs = ids[0]
+	if want := text.Stream[:text.Windows(opt.Ctx)*opt.Ctx]; !slices.Equal(b.IDs, want) {
+		return stale(fmt.Sprintf("other text (%s: %d window tokens, this text has %d)", b.Source, len(b.IDs), len(want)))
+	}
+	if _, ok := b.f.Header.Tensor("prompts"); ok {
+		if b.Prompts, err = b.i64("prompts", 2); err != nil {
+			return err
+		}
+		if b.Greedy, err = b.i64("greedy", 2); err != nil {
+			return err
+		}
+	}
+	if n := min(opt.Prompts, len(text.Prompts)); len(b.Prompts) != n || (n > 0 && (len(b.Greedy[0]) != opt.GenTokens || !slices.EqualFunc(b.Prompts, text.Prompts[:n], slices.Equal))) {
+		return stale(fmt.Sprintf("%d greedy prompts of other tokens or lengths", len(b.Prompts)))
+	}
+	return nil
+}
+
+// i64 reads an I64 tensor of rank 1 or 2 as rows of ints.
+func (b *BaseLogits) i64(name string, rank int) ([][]int, error) {
+	info, raw, err := b.f.Raw(name)
+	if err != nil {
+		return nil, err
+	}
+	if info.DType != dtype.I64 || len(info.Shape) != rank {
+		return nil, fmt.Errorf("tensor %s is %s%v, want I64 of rank %d", name, info.DType, info.Shape, rank)
+	}
+	cols := int(info.Shape[rank-1])
+	var out [][]int
+	for r := 0; r*cols*8 < len(raw); r++ {
+		row := make([]int, cols)
+		for c := range row {
+			row[c] = int(int64(binary.LittleEndian.Uint64(raw[(r*cols+c)*8:])))
+		}
+		out = append(out, row)
+	}
+	if len(out) == 0 {
+		out = [][]int{{}}
+	}
+	return out, nil
+}
+
+// i64Tensor stores rows of equal length as I64 [rows, cols] ([cols] for
+// one row named ids).
+func i64Tensor(name string, rows [][]int) safetensors.Tensor {
+	cols := len(rows[0])
+	shape := []int64{int64(len(rows)), int64(cols)}
+	if name == "ids" {
+		shape = shape[1:]
+	}
+	return safetensors.Tensor{Name: name, DType: dtype.I64, Shape: shape, Produce: func() ([]byte, error) {
+		b := make([]byte, 0, 8*len(rows)*cols)
+		for _, r := range rows {
+			for _, v := range r {
+				b = binary.LittleEndian.AppendUint64(b, uint64(int64(v)))
+			}
+		}
+		return b, nil
+	}}
+}
+
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+// tempBase is a temporary path for a base file nobody asked to keep.
+func tempBase() (string, func(), error) {
+	f, err := os.CreateTemp("", "sparkconv-eval-base-*.safetensors")
+	if err != nil {
+		return "", nil, err
+	}
+	name := f.Name()
+	f.Close()
+	os.Remove(name)
+	return name, func() { os.Remove(name) }, nil
+}

@@ -1,0 +1,229 @@
+package eval
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Options of an evaluation.
+type Options struct {
+	Ctx       int  // window length (512)
+	Prompts   int  // greedy prompts (at most one per sample); 0 skips the test
+	GenTokens int  // greedy tokens generated per prompt (32)
+	Force     bool // recompute the base file even when it exists
+	// Progress, when set, is called with 1 after each window or greedy
+	// step computed.
+	Progress func(n int)
+}
+
+// DefaultOptions are llama.cpp's window and the seeds' greedy test.
+var DefaultOptions = Options{Ctx: 512, Prompts: 8, GenTokens: 32}
+
+// Check refuses option values out of range (usage errors).
+func (o Options) Check() error {
+	var errs []error
+	if o.Ctx < 4 {
+		errs = append(errs, fmt.Errorf("--ctx %d: a window needs at least 4 tokens (the second half is scored)", o.Ctx))
+	}
+	if o.Prompts < 0 {
+		errs = append(errs, fmt.Errorf("--greedy %d: want 0 (no greedy test) or more prompts", o.Prompts))
+	}
+	if o.GenTokens < 1 {
+		errs = append(errs, fmt.Errorf("--gen-tokens %d: want at least 1", o.GenTokens))
+	}
+	return errors.Join(errs...)
+}
+
+// Greedy is the greedy reproduction test: how many of the prompts'
+// continuations the build reproduces exactly, and the mean share of each
+// continuation kept before the first different token.
+type Greedy struct {
+	Prompts    int     `json:"prompts"`
+	Tokens     int     `json:"tokens"` // generated per prompt
+	Exact      int     `json:"exact"`
+	PrefixKept float64 `json:"prefix_kept"` // fraction
+	// Diverged is, per prompt, the index of the first different token
+	// (Tokens when reproduced).
+	Diverged []int `json:"diverged"`
+}
+
+// Result is one build's evaluation.
+type Result struct {
+	Base   string `json:"base"`
+	Model  string `json:"model"`
+	Text   string `json:"text"`
+	Ctx    int    `json:"ctx"`
+	Window int    `json:"windows"`
+	Stats
+	Greedy        Greedy    `json:"greedy"`
+	KLDByPosition []float64 `json:"kld_by_position"` // mean KLD at positions ctx/2 .. ctx-2
+	Seconds       float64   `json:"seconds"`
+	// TokensPerS is the build's throughput over the windows (tokens run
+	// through the model per second, scored or not).
+	TokensPerS float64 `json:"tokens_per_s"`
+	Tokens     []Token `json:"-"`
+}
+
+// Generate continues each prompt greedily by gen tokens.
+func Generate(m Model, prompts [][]int, gen int) ([][]int, error) {
+	out := make([][]int, len(prompts))
+	if len(prompts) == 0 {
+		return out, nil
+	}
+	seqs := make([][]int, len(prompts))
+	for i, p := range prompts {
+		seqs[i] = append([]int(nil), p...)
+	}
+	V := m.Vocab()
+	for range gen {
+		var next [][]float32
+		if g, ok := m.(Generator); ok {
+			var err error
+			if next, err = g.NextLogits(seqs); err != nil {
+				return nil, err
+			}
+		} else {
+			for _, s := range seqs {
+				l, err := m.Logits(s, len(s)-1)
+				if err != nil {
+					return nil, err
+				}
+				next = append(next, l[:V])
+			}
+		}
+		for i := range seqs {
+			id := argmax(next[i])
+			seqs[i] = append(seqs[i], id)
+			out[i] = append(out[i], id)
+		}
+	}
+	return out, nil
+}
+
+// Evaluate scores m against the base file: every window, then the greedy
+// test (teacher-forced on the base's continuation: the build's greedy
+// choice at step s is its argmax after the prompt and the base's first s
+// tokens, which is its own continuation for as long as the two agree).
+func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
+	if m.Vocab() != b.Vocab {
+		return nil, fmt.Errorf("%s has a vocabulary of %d, the base %d", m.Describe(), m.Vocab(), b.Vocab)
+	}
+	start := time.Now()
+	first, count := Scored(b.Ctx)
+	V := b.Vocab
+	r := &Result{Base: b.Base, Model: m.Describe(), Text: b.Source, Ctx: b.Ctx, Window: b.Windows()}
+	lp := make([]float32, V)
+	for w := range b.Windows() {
+		win := b.IDs[w*b.Ctx : (w+1)*b.Ctx]
+		logits, err := m.Logits(win[:b.Ctx-1], first)
+		if err != nil {
+			return nil, fmt.Errorf("window %d: %w", w, err)
+		}
+		base, err := b.LogProbs(w)
+		if err != nil {
+			return nil, err
+		}
+		for i := range count {
+			top := LogSoftmax(lp, logits[i*V:(i+1)*V])
+			row := base[i*V : (i+1)*V]
+			r.Tokens = append(r.Tokens, Score(row, lp, argmax(row), top, win[first+i+1], first+i))
+		}
+		b.Release(w)
+		if opt.Progress != nil {
+			opt.Progress(1)
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	r.TokensPerS = float64(b.Windows()*(b.Ctx-1)) / elapsed
+	r.Stats = Summarize(r.Tokens)
+	r.KLDByPosition = ByPosition(r.Tokens, first, count)
+	g, err := greedyTest(b, m)
+	if err != nil {
+		return nil, err
+	}
+	r.Greedy = g
+	r.Seconds = time.Since(start).Seconds()
+	return r, nil
+}
+
+func greedyTest(b *BaseLogits, m Model) (Greedy, error) {
+	g := Greedy{Prompts: len(b.Prompts)}
+	if g.Prompts == 0 {
+		return g, nil
+	}
+	g.Tokens = len(b.Greedy[0])
+	V := m.Vocab()
+	var kept float64
+	for i, p := range b.Prompts {
+		cont := b.Greedy[i]
+		seq := append(append([]int(nil), p...), cont[:len(cont)-1]...)
+		logits, err := m.Logits(seq, len(p)-1)
+		if err != nil {
+			return g, fmt.Errorf("greedy prompt %d: %w", i, err)
+		}
+		d := len(cont)
+		for s := range cont {
+			if argmax(logits[s*V:(s+1)*V]) != cont[s] {
+				d = s
+				break
+			}
+		}
+		g.Diverged = append(g.Diverged, d)
+		if d == len(cont) {
+			g.Exact++
+		}
+		kept += float64(d) / float64(len(cont))
+	}
+	g.PrefixKept = kept / float64(g.Prompts)
+	return g, nil
+}
+
+// argmax is the first index of the largest value.
+func argmax[T float32 | float64](row []T) int {
+	best := 0
+	for i, v := range row {
+		if v > row[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// EnsureBase opens the base file at path, computing it first with the
+// model open returns when path is "" (a temporary file, removed by the
+// returned cleanup) or does not exist yet. The base model is closed
+// before the build is loaded, so the two are never in memory together.
+func EnsureBase(path string, open func() (Model, func(), error), text *Text, opt Options, vocab int) (*BaseLogits, func(), error) {
+	cleanup := func() {}
+	exists := false
+	if path == "" {
+		p, rm, err := tempBase()
+		if err != nil {
+			return nil, nil, err
+		}
+		path, cleanup = p, rm
+	} else if _, err := os.Stat(path); err == nil && !opt.Force {
+		exists = true
+	}
+	if !exists {
+		m, closeBase, err := open()
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		err = WriteBase(path, m, text, opt)
+		closeBase()
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+	}
+	b, err := OpenBase(path, text, opt, vocab)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return b, func() { b.Close(); cleanup() }, nil
+}
