@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestEvalCommand: --json carries every figure the issue names; the base
+// file is reused; the identical build scores 0; the report is one
+// self-contained HTML file.
+func TestEvalCommand(t *testing.T) {
+	dir := t.TempDir()
+	m, q := filepath.Join(dir, "m"), filepath.Join(dir, "q")
+	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
+	mustRun(t, "w8a8", "--model", m, "--out", q)
+	base, report := filepath.Join(dir, "base.st"), filepath.Join(dir, "r.html")
+	args := []string{"--json", "eval", "--base", m, "--ctx", "64", "--greedy", "3", "--gen-tokens", "8", "--base-logits", base}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(mustRun(t, append(args, "--model", q, "--report", report)...)), &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tokens_scored", "kld", "same_top1", "ppl", "ppl_base", "ppl_ratio", "delta_p", "greedy", "ln_ppl_ratio", "tokens_per_s"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("--json lacks %q", k)
+		}
+	}
+	kld := r["kld"].(map[string]any)
+	for _, k := range []string{"mean", "stderr", "median", "p90", "p99", "p999", "max"} {
+		if _, ok := kld[k].(float64); !ok {
+			t.Errorf("kld.%s missing", k)
+		}
+	}
+	g := r["greedy"].(map[string]any)
+	if g["prompts"] != 3.0 || kld["mean"].(float64) <= 0 || r["same_top1"].(float64) > 1 {
+		t.Errorf("greedy %v, kld %v", g, kld)
+	}
+	html, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := string(html)
+	if !strings.Contains(h, "<svg") || strings.Contains(h, "<script") || strings.Contains(h, "src=\"http") || !strings.Contains(h, "Weight SNR per quantized tensor") {
+		t.Errorf("report is not a self-contained page with plots (%d bytes)", len(h))
+	}
+	var same map[string]any
+	json.Unmarshal([]byte(mustRun(t, append(args, "--model", m)...)), &same)
+	if k := same["kld"].(map[string]any); k["mean"] != 0.0 || same["same_top1"] != 1.0 || same["ppl_ratio"] != 1.0 || same["greedy"].(map[string]any)["exact"] != 3.0 {
+		t.Errorf("identical build: %v", same)
+	}
+	if _, errOut, code := run(t, append(args, "--model", q, "--report", report)...); code != 1 || !strings.Contains(errOut, "already exists") {
+		t.Errorf("existing report: exit %d, %s", code, errOut)
+	}
+	for _, bad := range [][]string{{"--ctx", "2"}, {"--greedy", "-1"}, {"--gen-tokens", "0"}, {"--samples", "a", "--ids", "b"}} {
+		if _, errOut, code := run(t, append([]string{"eval", "--base", m, "--model", q}, bad...)...); code != 2 {
+			t.Errorf("%v: exit %d, %s", bad, code, errOut)
+		}
+	}
+	if _, errOut, code := run(t, "eval", "--base", m, "--model", q, "--ctx", "64", "--base-logits", base, "--greedy", "2"); code != 1 || !strings.Contains(errOut, "greedy prompts") {
+		t.Errorf("stale base file: exit %d, %s", code, errOut)
+	}
+}
+
+// TestPlanCommand: --json gives path, command, why and verified for a
+// recorded cpuinfo; bad values exit 2.
+func TestPlanCommand(t *testing.T) {
+	var c map[string]any
+	out := mustRun(t, "--json", "plan", "--cpuinfo", "../../plan/testdata/cpuinfo-xeon-sapphire-rapids-amx.txt", "--model", "/m")
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c["path"] != "w4a8-gptq" || c["verified"] != true || !strings.HasPrefix(c["command"].(string), "sparkconv gptq --model /m") || c["why"] == "" {
+		t.Errorf("plan: %v", c)
+	}
+	if out := mustRun(t, "plan", "--target", "arm64"); !strings.Contains(out, "UNVERIFIED") || !strings.Contains(out, "sparkconv w4a16") {
+		t.Errorf("arm64 plan:\n%s", out)
+	}
+	for _, bad := range [][]string{{"--target", "mips"}, {"--priority", "fast"}, {"--target", "phone", "--cpuinfo", "x"}} {
+		if _, errOut, code := run(t, append([]string{"plan"}, bad...)...); code != 2 {
+			t.Errorf("%v: exit %d, %s", bad, code, errOut)
+		}
+	}
+}

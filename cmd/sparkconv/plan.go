@@ -1,0 +1,85 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/plan"
+)
+
+func init() {
+	var target, priority, cpuinfo, model string
+	cmd := &cobra.Command{
+		Use:   "plan [--target auto|x86-amx|x86-avx512|x86-avx2|arm64|phone] [--priority speed|fidelity] [--cpuinfo FILE] [--model DIR]",
+		Short: "Choose the weight path for a target machine and print the command that builds it",
+		Long: `Chooses how to build the model for a target: an x86 CPU with AMX runs GPTQ
+W4A8 (vLLM's int4_scaled_mm_cpu on AMX tiles); without AMX, or with
+--priority fidelity, W4A16 (torch's tinygemm with bf16 activations), packed for
+the CPU's kernel; ARM64 gets W4A16 too, flagged unverified; a phone gets the
+ONNX decode-step export with the calibrated w8a16 QNN bundle. --target auto
+(the default) probes /proc/cpuinfo (or --cpuinfo FILE, e.g. one recorded on the
+target machine) for amx_tile, amx_int8, avx512f and avx2.`,
+		Example: `  sparkconv plan
+  sparkconv plan --cpuinfo target-cpuinfo.txt --model /tmp/spark --json
+  sparkconv plan --target phone --model /tmp/spark`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !slices.Contains(plan.Targets, target) {
+				return usagef("--target %q: want one of %s", target, strings.Join(plan.Targets, ", "))
+			}
+			if !slices.Contains(plan.Priorities, priority) {
+				return usagef("--priority %q: want one of %s", priority, strings.Join(plan.Priorities, ", "))
+			}
+			if cpuinfo != "" && target != "auto" {
+				return usagef("--cpuinfo is probed only with --target auto")
+			}
+			c, err := runPlan(target, priority, cpuinfo, model)
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return printJSON(c)
+			}
+			w := cmd.OutOrStdout()
+			verified := ""
+			if !c.Verified {
+				verified = " (UNVERIFIED: no build has been measured on this target)"
+			}
+			fmt.Fprintf(w, "target %s", c.Target)
+			if c.Probe != nil {
+				fmt.Fprintf(w, " (probed %s: %s %s, flags %s)", c.Probe.Source, c.Probe.Arch, c.Probe.Model, strings.Join(c.Probe.Flags, " "))
+			}
+			fmt.Fprintf(w, "\npath %s%s\nwhy: %s\nrun:\n  %s\n", c.Path, verified, c.Why, c.Command)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&target, "target", "auto", "auto (probe this machine or --cpuinfo), x86-amx, x86-avx512, x86-avx2, arm64 or phone")
+	f.StringVar(&priority, "priority", "speed", "speed or fidelity")
+	f.StringVar(&cpuinfo, "cpuinfo", "", "probe this /proc/cpuinfo text instead of the running machine's")
+	f.StringVar(&model, "model", "MODEL", "the model folder, used in the printed command")
+	rootCmd.AddCommand(cmd)
+}
+
+func runPlan(target, priority, cpuinfo, model string) (plan.Choice, error) {
+	if target != "auto" {
+		return plan.Choose(target, priority, model)
+	}
+	path := cpuinfo
+	if path == "" {
+		path = "/proc/cpuinfo"
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && cpuinfo == "" {
+		return plan.Auto(nil, "GOARCH", priority, model)
+	}
+	if err != nil {
+		return plan.Choice{}, err
+	}
+	return plan.Auto(data, path, priority, model)
+}

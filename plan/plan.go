@@ -1,0 +1,183 @@
+// Package plan chooses the weight path for a target machine, the seeds'
+// rule: an x86 CPU with AMX runs GPTQ W4A8 (vLLM's int4_scaled_mm_cpu);
+// without AMX, or when fidelity is asked for, W4A16 (torch's tinygemm, bf16
+// activations, the build that kept a finished agent task W4A8 undid);
+// ARM64 gets W4A16 too, flagged unverified (nobody measured it); a phone
+// gets the ONNX decode-step export with the calibrated w8a16 QNN bundle.
+// The target comes from a hardware probe: /proc/cpuinfo's flags (amx_tile,
+// amx_int8, avx512f, avx2 on x86; a Features line on ARM) and GOARCH.
+package plan
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+)
+
+// Targets are the values of --target.
+var Targets = []string{"auto", "x86-amx", "x86-avx512", "x86-avx2", "arm64", "phone"}
+
+// Priorities are the values of --priority.
+var Priorities = []string{"speed", "fidelity"}
+
+// The weight paths.
+const (
+	PathW4A8  = "w4a8-gptq"
+	PathW4A16 = "w4a16"
+	PathONNX  = "onnx-w8a16"
+)
+
+// Probe is what was read about the machine.
+type Probe struct {
+	Source string   `json:"source"` // the cpuinfo file read, or "GOARCH"
+	Arch   string   `json:"arch"`   // "amd64" or "arm64"
+	Model  string   `json:"model,omitempty"`
+	Flags  []string `json:"flags"` // the flags that decide: amx_tile, amx_int8, avx512f, avx2
+}
+
+// ProbeCPUInfo reads a /proc/cpuinfo text (name for messages); goarch is
+// used when the text does not say (runtime.GOARCH for the running host).
+func ProbeCPUInfo(data []byte, name, goarch string) (Probe, error) {
+	p := Probe{Source: name, Arch: goarch}
+	var flags, features []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch k {
+		case "flags":
+			if flags == nil {
+				flags = strings.Fields(v)
+			}
+		case "Features":
+			if features == nil {
+				features = strings.Fields(v)
+			}
+		case "model name":
+			if p.Model == "" {
+				p.Model = v
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return p, fmt.Errorf("%s: %w", name, err)
+	}
+	switch {
+	case flags != nil:
+		p.Arch = "amd64"
+		for _, f := range []string{"amx_tile", "amx_int8", "avx512f", "avx2"} {
+			if slices.Contains(flags, f) {
+				p.Flags = append(p.Flags, f)
+			}
+		}
+	case features != nil:
+		p.Arch = "arm64"
+		p.Flags = []string{}
+	default:
+		return p, fmt.Errorf("%s: no \"flags\" (x86) or \"Features\" (ARM) line: not a /proc/cpuinfo", name)
+	}
+	return p, nil
+}
+
+// Class is the target class of a probe: x86-amx, x86-avx512, x86-avx2,
+// x86 (none of them) or arm64.
+func (p Probe) Class() string {
+	has := func(f string) bool { return slices.Contains(p.Flags, f) }
+	switch {
+	case p.Arch == "arm64":
+		return "arm64"
+	case p.Arch != "amd64" && p.Arch != "386":
+		return p.Arch
+	case has("amx_tile") && has("amx_int8"):
+		return "x86-amx"
+	case has("avx512f"):
+		return "x86-avx512"
+	case has("avx2"):
+		return "x86-avx2"
+	}
+	return "x86"
+}
+
+// Choice is the plan: the weight path, the command that makes it, and why.
+type Choice struct {
+	Target   string `json:"target"`
+	Probe    *Probe `json:"probe,omitempty"`
+	Priority string `json:"priority"`
+	Path     string `json:"path"`
+	Command  string `json:"command"`
+	Why      string `json:"why"`
+	Verified bool   `json:"verified"`
+}
+
+// Choose applies the rule to a target class (not "auto") for the model
+// folder model (used in the command).
+func Choose(target, priority, model string) (Choice, error) {
+	if !slices.Contains(Priorities, priority) {
+		return Choice{}, fmt.Errorf("--priority %q: want one of %s", priority, strings.Join(Priorities, ", "))
+	}
+	out := strings.TrimSuffix(model, "/")
+	c := Choice{Target: target, Priority: priority, Verified: true}
+	w4a16 := func(pack, why string) {
+		c.Path = PathW4A16
+		c.Command = fmt.Sprintf("sparkconv w4a16 --model %s --out %s-w4a16 --group 128 --quant-head --pack %s", model, out, pack)
+		c.Why = why
+	}
+	switch target {
+	case "x86-amx":
+		if priority == "fidelity" {
+			w4a16("avx512", "AMX is there, but fidelity was asked for: W4A16 keeps bf16 activations (W4A8's int8 activations undid a finished agent task that W4A16 completed); tinygemm runs its AVX-512 kernel")
+			break
+		}
+		c.Path = PathW4A8
+		c.Command = fmt.Sprintf("sparkconv gptq --model %s --out %s-gptq --group 128 --quant-head", model, out)
+		c.Why = "AMX (amx_tile, amx_int8): vLLM's CPU GPTQ path runs the W4A8 kernel int4_scaled_mm_cpu on AMX tiles for a bf16 model, the fastest CPU path; check it with sparkconv eval"
+	case "x86-avx512":
+		w4a16("avx512", "no AMX: vLLM's W4A8 kernel needs AMX, so W4A16 (torch's tinygemm, bf16 activations) on its AVX-512 kernel, written in that kernel's own layout")
+	case "x86-avx2":
+		w4a16("avx2", "no AMX and no AVX-512: W4A16 on tinygemm's AVX2 kernel, written in that kernel's own layout")
+	case "x86":
+		w4a16("portable", "no AVX2: tinygemm falls back to its scalar path, slow")
+		c.Verified = false
+	case "arm64":
+		w4a16("portable", "ARM64: W4A16 through torch's CPU int4 kernel (portable codes); no build has been measured on ARM, so check it with sparkconv eval and on the device")
+		c.Verified = false
+	case "phone":
+		c.Path = PathONNX
+		c.Command = fmt.Sprintf("sparkconv calibrate --model %s --samples corpus.txt --out %s-calib && sparkconv export-onnx --model %s --out %s-onnx --layout ring", model, out, model, out)
+		c.Why = "phone: one decode step per layer as ONNX with explicit ring KV caches for QNN, quantized as the calibrated w8a16 bundle (8-bit weights, 16-bit activations with ranges from real text: 36.9 dB on a Galaxy S25, where uncalibrated w4a16 was uncorrelated and w8a8 broke)"
+	default:
+		return Choice{}, fmt.Errorf("--target %q: want one of %s", target, strings.Join(Targets, ", "))
+	}
+	return c, nil
+}
+
+// Auto probes (the cpuinfo text, or GOARCH alone when it is nil) and
+// chooses.
+func Auto(cpuinfo []byte, name, priority, model string) (Choice, error) {
+	var p Probe
+	if cpuinfo == nil {
+		if runtime.GOARCH != "arm64" {
+			return Choice{}, errors.New("no cpuinfo to probe: give --cpuinfo FILE or --target")
+		}
+		p = Probe{Source: "GOARCH", Arch: runtime.GOARCH, Flags: []string{}}
+	} else {
+		var err error
+		if p, err = ProbeCPUInfo(cpuinfo, name, runtime.GOARCH); err != nil {
+			return Choice{}, err
+		}
+	}
+	c, err := Choose(p.Class(), priority, model)
+	if err != nil {
+		return Choice{}, fmt.Errorf("%s: %w", name, err)
+	}
+	c.Probe = &p
+	return c, nil
+}

@@ -1,0 +1,80 @@
+package plan
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestAutoRecorded: each recorded cpuinfo gets its class's path.
+func TestAutoRecorded(t *testing.T) {
+	cases := []struct {
+		file, class, priority, path, pack string
+		verified                          bool
+	}{
+		{"cpuinfo-xeon-sapphire-rapids-amx.txt", "x86-amx", "speed", PathW4A8, "", true},
+		{"cpuinfo-xeon-sapphire-rapids-amx.txt", "x86-amx", "fidelity", PathW4A16, "--pack avx512", true},
+		{"cpuinfo-xeon-icelake-avx512.txt", "x86-avx512", "speed", PathW4A16, "--pack avx512", true},
+		{"cpuinfo-epyc-avx2.txt", "x86-avx2", "speed", PathW4A16, "--pack avx2", true},
+		{"cpuinfo-graviton3-arm64.txt", "arm64", "speed", PathW4A16, "--pack portable", false},
+	}
+	for _, c := range cases {
+		data, err := os.ReadFile(filepath.Join("testdata", c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, err := Auto(data, c.file, c.priority, "/m/spark")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch.Target != c.class || ch.Path != c.path || ch.Verified != c.verified || !strings.Contains(ch.Command, c.pack) || !strings.Contains(ch.Command, "--model /m/spark --out /m/spark-") {
+			t.Errorf("%s %s: %+v", c.file, c.priority, ch)
+		}
+		if ch.Why == "" || ch.Probe == nil || ch.Probe.Source != c.file {
+			t.Errorf("%s: why %q probe %+v", c.file, ch.Why, ch.Probe)
+		}
+	}
+}
+
+// TestChooseTargets covers every explicit target and the refusals.
+func TestChooseTargets(t *testing.T) {
+	want := map[string]string{"x86-amx": PathW4A8, "x86-avx512": PathW4A16, "x86-avx2": PathW4A16, "arm64": PathW4A16, "phone": PathONNX}
+	for target, path := range want {
+		c, err := Choose(target, "speed", "M")
+		if err != nil || c.Path != path {
+			t.Errorf("%s: %+v %v", target, c, err)
+		}
+	}
+	if c, _ := Choose("phone", "speed", "M"); !strings.Contains(c.Command, "export-onnx") || !strings.Contains(c.Command, "calibrate") {
+		t.Errorf("phone command %q", c.Command)
+	}
+	if _, err := Choose("mips", "speed", "M"); err == nil || !strings.Contains(err.Error(), "--target") {
+		t.Errorf("bad target: %v", err)
+	}
+	if _, err := Choose("arm64", "fast", "M"); err == nil || !strings.Contains(err.Error(), "--priority") {
+		t.Errorf("bad priority: %v", err)
+	}
+	if _, err := ProbeCPUInfo([]byte("hello: world\n"), "x", "amd64"); err == nil || !strings.Contains(err.Error(), "not a /proc/cpuinfo") {
+		t.Errorf("garbage cpuinfo: %v", err)
+	}
+}
+
+// FuzzProbeCPUInfo: any text probes without panicking, and a probe that
+// succeeds always has a class the chooser knows.
+func FuzzProbeCPUInfo(f *testing.F) {
+	for _, n := range []string{"cpuinfo-epyc-avx2.txt", "cpuinfo-graviton3-arm64.txt"} {
+		data, _ := os.ReadFile(filepath.Join("testdata", n))
+		f.Add(data)
+	}
+	f.Add([]byte("flags: avx2 amx_tile\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ProbeCPUInfo(data, "fuzz", "amd64")
+		if err != nil {
+			return
+		}
+		if _, err := Choose(p.Class(), "speed", "M"); err != nil {
+			t.Errorf("class %q: %v", p.Class(), err)
+		}
+	})
+}
