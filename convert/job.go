@@ -244,6 +244,30 @@ type Report struct {
 	Totals    Totals         `json:"totals"`
 	Timing    Timing         `json:"timing"`
 	PeakRSSMB float64        `json:"peak_rss_mb"`
+	// Eval is the build's fidelity on held-out text (eval.Result), when
+	// the command was asked to measure it (--eval).
+	Eval any `json:"eval,omitempty"`
+}
+
+// Rewrite replaces dir's sparkconv-report.json with r (a temporary file
+// beside it, fsynced, renamed over it): how --eval adds its figures to a
+// committed build.
+func (r *Report) Rewrite(dir string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, ReportFile)
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	if err := safetensors.WriteFileSync(tmp, append(data, '\n')); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // TensorReport is one quantized tensor's fidelity.

@@ -14,6 +14,7 @@ import (
 type convertFlags struct {
 	opt       convert.Options
 	shardSize string
+	gate      gateFlags // --eval, --max-kld, --min-top1
 }
 
 func (c *convertFlags) register(cmd *cobra.Command) {
@@ -22,6 +23,7 @@ func (c *convertFlags) register(cmd *cobra.Command) {
 	f.StringVar(&c.opt.Out, "out", "", "output folder (built beside it, renamed into place when complete)")
 	f.BoolVar(&c.opt.Force, "force", false, "replace an existing output folder")
 	f.StringVar(&c.shardSize, "max-shard-size", "5GB", "largest safetensors shard (e.g. 2GB, 500MB, 0 for one file)")
+	c.gate.register(cmd)
 }
 
 // options validates the flags and returns the conversion options.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"sparkconv/eval"
 )
 
 // TestEvalCommand: --json carries every figure the issue names; the base
@@ -79,6 +81,46 @@ func TestPlanCommand(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"--target", "mips"}, {"--priority", "fast"}, {"--target", "phone", "--cpuinfo", "x"}} {
 		if _, errOut, code := run(t, append([]string{"plan"}, bad...)...); code != 2 {
+			t.Errorf("%v: exit %d, %s", bad, code, errOut)
+		}
+	}
+}
+
+// TestBuildGate: --eval puts the figures in sparkconv-report.json and
+// --max-kld fails the command (exit 1) when the build is worse, keeping it.
+func TestBuildGate(t *testing.T) {
+	dir := t.TempDir()
+	m, q := filepath.Join(dir, "m"), filepath.Join(dir, "q")
+	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
+	out, errOut, code := run(t, "w8a8", "--model", m, "--out", q, "--max-kld", "1e-9")
+	if code != 1 || !strings.Contains(errOut, "fidelity gate failed: mean KLD") || !strings.Contains(out, "eval (built-in held-out text") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	// a short samples file: two samples, one 512-token window
+	samples := filepath.Join(dir, "s.txt")
+	parts := strings.SplitN(eval.HeldOut, "\n---\n", 3)
+	if err := os.WriteFile(samples, []byte(parts[0]+"\n---\n"+parts[1]+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code = run(t, "w8a8", "--model", m, "--out", filepath.Join(dir, "q1"), "--eval="+samples, "--max-kld", "1"); code != 0 || !strings.Contains(out, "eval (") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	var rep struct {
+		Eval map[string]any `json:"eval"`
+	}
+	data, err := os.ReadFile(filepath.Join(q, "sparkconv-report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &rep); err != nil || rep.Eval["kld"] == nil || rep.Eval["same_top1"] == nil {
+		t.Errorf("report eval: %v %v", rep.Eval, err)
+	}
+	q2 := filepath.Join(dir, "q2")
+	if out := mustRun(t, "--json", "w4a16", "--model", m, "--out", q2, "--group", "32", "--eval="+samples, "--min-top1", "0.2"); !strings.Contains(out, `"ppl_ratio"`) {
+		t.Errorf("--json lacks the eval:\n%s", out)
+	}
+	for _, bad := range [][]string{{"--max-kld", "0"}, {"--max-kld", "NaN"}, {"--min-top1", "1.5"}, {"--eval=/nonexistent"}} {
+		if _, errOut, code := run(t, append([]string{"gptq", "--model", m, "--out", filepath.Join(dir, "x")}, bad...)...); code != 2 {
 			t.Errorf("%v: exit %d, %s", bad, code, errOut)
 		}
 	}

@@ -34,6 +34,9 @@ a group size that divides K; nothing is written for a model it cannot load.`,
 			if err != nil {
 				return err
 			}
+			if err := cf.gate.check(cmd); err != nil {
+				return err
+			}
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)
@@ -42,7 +45,14 @@ a group size that divides K; nothing is written for a model it cannot load.`,
 			if err != nil {
 				return err
 			}
-			return finish4bit(cmd, r, o.QuantHead, opt.Out)
+			verdict, err := cf.gate.evaluate(cmd, r, opt.Model, opt.Out)
+			if err != nil {
+				return err
+			}
+			if err := finish4bit(cmd, r, o.QuantHead, opt.Out); err != nil {
+				return err
+			}
+			return verdict
 		},
 	}
 	cf.register(cmd)

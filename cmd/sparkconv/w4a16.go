@@ -36,6 +36,9 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 			if err != nil {
 				return err
 			}
+			if err := cf.gate.check(cmd); err != nil {
+				return err
+			}
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)
@@ -44,7 +47,14 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 			if err != nil {
 				return err
 			}
-			return finish4bit(cmd, r, o.QuantHead, opt.Out)
+			verdict, err := cf.gate.evaluate(cmd, r, opt.Model, opt.Out)
+			if err != nil {
+				return err
+			}
+			if err := finish4bit(cmd, r, o.QuantHead, opt.Out); err != nil {
+				return err
+			}
+			return verdict
 		},
 	}
 	cf.register(cmd)

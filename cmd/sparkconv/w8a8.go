@@ -22,11 +22,21 @@ input dtype; everything else is copied bit for bit.`,
 			if err != nil {
 				return err
 			}
+			if err := cf.gate.check(cmd); err != nil {
+				return err
+			}
 			r, err := convert.W8A8(cmd.Context(), opt)
 			if err != nil {
 				return err
 			}
-			return printReport(cmd, r, opt.Out)
+			verdict, err := cf.gate.evaluate(cmd, r, opt.Model, opt.Out)
+			if err != nil {
+				return err
+			}
+			if err := printReport(cmd, r, opt.Out); err != nil {
+				return err
+			}
+			return verdict
 		},
 	}
 	cf.register(cmd)

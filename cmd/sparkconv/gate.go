@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/convert"
+	"sparkconv/eval"
+)
+
+// gateFlags are the builds' fidelity flags: --eval [FILE] measures the
+// written build against its input on held-out text (eval's figures go into
+// sparkconv-report.json), --max-kld and --min-top1 make the command exit 1
+// when the build is worse (the build is kept: it was written and is
+// reported, it just failed the gate).
+type gateFlags struct {
+	text    string
+	maxKLD  float64
+	minTop1 float64
+}
+
+// builtinText is --eval's value when given without one.
+const builtinText = "builtin"
+
+func (g *gateFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&g.text, "eval", "", "measure the build's fidelity on held-out text: --eval (built-in text) or --eval=FILE (samples)")
+	f.Lookup("eval").NoOptDefVal = builtinText
+	f.Float64Var(&g.maxKLD, "max-kld", 0, "exit 1 when the build's mean KLD exceeds this (implies --eval)")
+	f.Float64Var(&g.minTop1, "min-top1", 0, "exit 1 when the build's same-top-1 fraction is below this, e.g. 0.9 (implies --eval)")
+}
+
+// check refuses out-of-range gates (usage errors).
+func (g *gateFlags) check(cmd *cobra.Command) error {
+	f := cmd.Flags()
+	if f.Changed("max-kld") && !(g.maxKLD > 0 && !math.IsInf(g.maxKLD, 0)) {
+		return usagef("--max-kld %v: want a finite KL divergence > 0 (nats)", g.maxKLD)
+	}
+	if f.Changed("min-top1") && !(g.minTop1 > 0 && g.minTop1 <= 1) {
+		return usagef("--min-top1 %v: want a fraction in (0, 1], e.g. 0.9 for 90 %%", g.minTop1)
+	}
+	if g.text == "" && (f.Changed("max-kld") || f.Changed("min-top1")) {
+		g.text = builtinText
+	}
+	if g.text != "" && g.text != builtinText {
+		if _, err := os.Stat(g.text); err != nil {
+			return usagef("--eval: %v", err)
+		}
+	}
+	return nil
+}
+
+// evaluate scores the committed build out against its input model,
+// records the figures in r and in the build's report file, and returns the
+// gate's verdict (nil when it passes or no gate is set).
+func (g *gateFlags) evaluate(cmd *cobra.Command, r *convert.Report, model, out string) (verdict error, err error) {
+	if g.text == "" {
+		return nil, nil
+	}
+	ef := evalFlags{base: model, model: out, opt: eval.DefaultOptions}
+	if g.text != builtinText {
+		ef.samples = g.text
+	}
+	res, err := runEval(&ef)
+	if err != nil {
+		return nil, fmt.Errorf("--eval: %w", err)
+	}
+	r.Eval = res
+	if err := r.Rewrite(out); err != nil {
+		return nil, err
+	}
+	if !jsonOut {
+		fmt.Fprintf(cmd.OutOrStdout(), "eval (%s, %d tokens): mean KLD %.6f ± %.6f, same top-1 %.2f %%, PPL ratio %.4f, greedy %d/%d exact\n",
+			res.Text, res.TokensScored, res.KLD.Mean, res.KLD.Stderr, 100*res.SameTop1, res.PPLRatio, res.Greedy.Exact, res.Greedy.Prompts)
+	}
+	switch {
+	case g.maxKLD > 0 && res.KLD.Mean > g.maxKLD:
+		verdict = fmt.Errorf("fidelity gate failed: mean KLD %.6f > --max-kld %g (the build is written; see %s)", res.KLD.Mean, g.maxKLD, convert.ReportFile)
+	case g.minTop1 > 0 && res.SameTop1 < g.minTop1:
+		verdict = fmt.Errorf("fidelity gate failed: same top-1 %.4f < --min-top1 %g (the build is written; see %s)", res.SameTop1, g.minTop1, convert.ReportFile)
+	}
+	if verdict != nil && jsonOut {
+		verdict = reported(verdict)
+	}
+	return verdict, nil
+}
