@@ -10,7 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/eval"
+	"sparkconv/eval/evalort"
 	"sparkconv/forward"
+	"sparkconv/onnxgraph"
+	"sparkconv/ortrun"
 	"sparkconv/progress"
 	"sparkconv/spark"
 	"sparkconv/tokenizer"
@@ -19,6 +22,8 @@ import (
 // evalFlags are the flags of eval (and of the builds' --eval).
 type evalFlags struct {
 	base, model, samples, ids, baseLogits, report string
+	export, ortLib                                string
+	threads                                       int
 	opt                                           eval.Options
 	force                                         bool
 }
@@ -35,6 +40,9 @@ func (e *evalFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.baseLogits, "base-logits", "", "keep the base's log-probs in this file: computed when absent, reused when present")
 	f.StringVar(&e.report, "report", "", "write a self-contained HTML report to this file")
 	f.BoolVar(&e.force, "force", false, "replace an existing --report file, recompute an existing --base-logits file")
+	f.StringVar(&e.export, "export", "", "score an export-onnx folder in ONNX Runtime instead of --model (token by token, as a phone runtime runs it)")
+	f.StringVar(&e.ortLib, "ort-lib", "", "with --export: path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
+	f.IntVar(&e.threads, "threads", 0, "with --export: ONNX Runtime intra-op threads (0: its default)")
 }
 
 // check validates the flags (usage errors).
@@ -42,8 +50,10 @@ func (e *evalFlags) check(needModel bool) error {
 	switch {
 	case e.base == "":
 		return usagef("--base is required")
-	case needModel && e.model == "":
-		return usagef("--model is required")
+	case needModel && (e.model == "") == (e.export == ""):
+		return usagef("give exactly one of --model and --export")
+	case e.threads < 0:
+		return usagef("--threads %d: want 0 (ONNX Runtime's default) or more", e.threads)
 	case e.samples != "" && e.ids != "":
 		return usagef("give at most one of --samples and --ids")
 	}
@@ -60,7 +70,7 @@ func (e *evalFlags) check(needModel bool) error {
 func init() {
 	var ef evalFlags
 	cmd := &cobra.Command{
-		Use:   "eval --base ORIG --model BUILD [--samples FILE | --ids FILE] [--ctx 512] [--base-logits FILE] [--report FILE.html]",
+		Use:   "eval --base ORIG (--model BUILD | --export DIR) [--samples FILE | --ids FILE] [--ctx 512] [--base-logits FILE] [--report FILE.html]",
 		Short: "Measure a build's fidelity to the original on held-out text: KL divergence, same top-1, perplexity, greedy reproduction",
 		Long: `Scores a build against the original as llama.cpp's llama-perplexity
 --kl-divergence does: the text's token stream is cut into windows of --ctx
@@ -77,11 +87,15 @@ The build may be any checkpoint or sparkconv output (W8A8, GPTQ W4A8, W4A16):
 the forward dequantizes it and quantizes the activations as the runtime does.
 The original's log-probs are computed once and kept with --base-logits, so
 scoring several builds runs the original once (a file made for other text,
---ctx or greedy settings is refused). Without --samples or --ids the held-out
+--ctx or greedy settings is refused). --export scores an export-onnx folder
+instead, driven in ONNX Runtime token by token as a phone runtime runs it
+(embed, every layer graph with its ring/roll caches, masks and rope inputs,
+head; each window from empty caches). Without --samples or --ids the held-out
 text built into sparkconv is used (English, code, Chinese and tool calls,
 disjoint from the calibration corpus).`,
 		Example: `  sparkconv eval --base /tmp/spark-tiny --model /tmp/spark-tiny-w8a8
-  sparkconv eval --base /tmp/spark --model /tmp/spark-w4a16 --base-logits /tmp/base.st --report /tmp/w4a16.html --json`,
+  sparkconv eval --base /tmp/spark --model /tmp/spark-w4a16 --base-logits /tmp/base.st --report /tmp/w4a16.html --json
+  sparkconv eval --base /tmp/spark-tiny --export /tmp/spark-tiny-onnx --ctx 256`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := ef.check(true); err != nil {
@@ -132,6 +146,9 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkExportContext(ef); err != nil {
+		return nil, err
+	}
 	text, err := evalText(ef, cfg.VocabSize)
 	if err != nil {
 		return nil, err
@@ -155,24 +172,64 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 		return nil, err
 	}
 	defer done()
-	m, err := openForward(ef.model, forward.Options{})
+	build, closeBuild, err := openBuild(ef)
 	if err != nil {
 		return nil, err
 	}
-	defer m.Close()
+	defer closeBuild()
 	bar = progress.New(windows, "eval build", false)
 	opt.Progress = func(n int) { bar.Add(int64(n)) }
-	r, err := eval.Evaluate(b, eval.Forward{M: m}, opt)
+	r, err := eval.Evaluate(b, build, opt)
 	bar.Done(true)
 	if err != nil {
 		return nil, err
 	}
 	if ef.report != "" {
-		if err := eval.WriteReport(ef.report, r, ef.model, ef.force); err != nil {
+		if err := eval.WriteReport(ef.report, r, ef.model+ef.export, ef.force); err != nil {
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// openBuild opens what is scored: --model through the reference forward,
+// or --export in ONNX Runtime.
+func openBuild(ef *evalFlags) (eval.Model, func(), error) {
+	if ef.export == "" {
+		m, err := openForward(ef.model, forward.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return eval.Forward{M: m}, func() { m.Close() }, nil
+	}
+	lib, err := ortrun.FindORTLib(ef.ortLib)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ortrun.Init(lib); err != nil {
+		return nil, nil, err
+	}
+	e, err := evalort.Open(ef.export, ef.threads, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, e.Close, nil
+}
+
+// checkExportContext refuses an export whose caches are too short for the
+// windows and the greedy test, before anything is computed.
+func checkExportContext(ef *evalFlags) error {
+	if ef.export == "" {
+		return nil
+	}
+	man, err := onnxgraph.ReadManifest(ef.export)
+	if err != nil {
+		return err
+	}
+	if need := max(ef.opt.Ctx-1, 32+ef.opt.GenTokens-1); need > man.Context {
+		return fmt.Errorf("--export %s holds %d positions; --ctx %d and the greedy test need %d (export with --context %d or more, or lower --ctx)", ef.export, man.Context, ef.opt.Ctx, need, need)
+	}
+	return nil
 }
 
 // printEval prints the figures as llama.cpp's summary does.

@@ -125,3 +125,33 @@ func TestBuildGate(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalExport: an fp32 export scored in ONNX Runtime against its
+// checkpoint is within 1e-4 mean KLD; an export too short for the windows
+// is refused with the context it needs.
+func TestEvalExport(t *testing.T) {
+	requireORT(t)
+	dir := t.TempDir()
+	m, exp, short := filepath.Join(dir, "m"), filepath.Join(dir, "onnx"), filepath.Join(dir, "short")
+	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
+	mustRun(t, "export-onnx", "--model", m, "--out", exp, "--context", "72", "--layout", "ring")
+	samples := filepath.Join(dir, "s.txt")
+	if err := os.WriteFile(samples, []byte(strings.SplitN(eval.HeldOut, "\n---\n", 2)[0]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	out := mustRun(t, "--json", "eval", "--base", m, "--export", exp, "--samples", samples, "--ctx", "64", "--greedy", "2", "--gen-tokens", "8", "--threads", "1")
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if k := r["kld"].(map[string]any)["mean"].(float64); k > 1e-4 || r["same_top1"].(float64) < 0.99 || !strings.Contains(r["model"].(string), "ONNX export") {
+		t.Errorf("fp32 export: %v", r)
+	}
+	mustRun(t, "export-onnx", "--model", m, "--out", short, "--context", "24")
+	if _, errOut, code := run(t, "eval", "--base", m, "--export", short, "--ctx", "64"); code != 1 || !strings.Contains(errOut, "holds 24 positions") {
+		t.Errorf("short export: exit %d, %s", code, errOut)
+	}
+	if _, _, code := run(t, "eval", "--base", m, "--export", exp, "--model", m); code != 2 {
+		t.Errorf("--model with --export: exit %d", code)
+	}
+}
