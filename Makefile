@@ -4,7 +4,7 @@ BIN     := ./sparkconv
 DEMO    := demo
 export SPARKCONV_ORT_LIB ?= $(CURDIR)/.ort/libonnxruntime.so
 
-.PHONY: build test demo bench fuzz ort clean vet
+.PHONY: build test demo bench fuzz ort clean vet interop interop-env
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sparkconv
@@ -13,8 +13,23 @@ vet:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 
+# In CI (CI=true, as .ci/run runs it) or with INTEROP=1, make test also runs
+# the interop suite, which installs its Python environment first.
 test: vet ort
 	$(GO) test -count=1 -timeout 20m ./...
+ifneq ($(filter true 1,$(CI) $(INTEROP)),)
+	$(MAKE) interop
+else
+	@echo "make test: interop suite not run (make interop, or INTEROP=1 make test)"
+endif
+
+# The real consumers (PyTorch, compressed-tensors, GPTQModel, onnx,
+# onnxruntime, HF tokenizers) loading what sparkconv writes: interop/.
+interop: build ort interop-env
+	SPARKCONV_BIN=$(CURDIR)/sparkconv SPARKCONV_REQUIRE_INTEROP=1 interop/.venv/bin/python -m pytest -q -p no:cacheprovider interop $(PYTEST_FLAGS)
+
+interop-env:
+	interop/install.sh
 
 ort:
 	scripts/install-ort.sh
