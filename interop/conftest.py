@@ -127,3 +127,20 @@ def report(section: str, **rows):
     if dest:
         with open(dest, "a") as f:
             f.write(line + "\n")
+
+
+def top1_agreement(ref, got):
+    """Positions (rows) whose argmax agrees. A position may differ only where
+    the reference's top-2 margin is within twice that row's largest logit
+    error (a near-tie that the reduced precision may flip); anything else
+    fails. Returns (agreeing positions, [(position, margin, error)])."""
+    import numpy as np
+
+    ref, got = np.atleast_2d(np.asarray(ref, np.float64)), np.atleast_2d(np.asarray(got, np.float64))
+    err = np.abs(ref - got).max(-1)
+    top2 = np.sort(ref, axis=-1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    flips = [int(t) for t in np.nonzero(ref.argmax(-1) != got.argmax(-1))[0]]
+    for t in flips:
+        assert margin[t] < 2 * err[t], f"position {t}: top-1 differs though the margin {margin[t]:.4g} exceeds 2 x error {err[t]:.4g}"
+    return len(ref) - len(flips), [(t, round(float(margin[t]), 4), round(float(err[t]), 4)) for t in flips]
