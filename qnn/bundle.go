@@ -1,0 +1,319 @@
+package qnn
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sparkconv/onnxeval"
+	"sparkconv/onnxgraph"
+	"sparkconv/onnxio"
+)
+
+// The bundle's layout (what AI Hub's upload_model of a .aimet folder and
+// submit_quantize_job take, qnn.md 1.5 and 1.7):
+//
+//	<out>/<graph>.aimet/<graph>.onnx        the float graph, byte for byte the export's
+//	<out>/<graph>.aimet/<graph>.encodings   AIMET 1.0.0 encodings
+//	<out>/calib/<graph>.npz                 calibration inputs, stacked per input name
+//	<out>/qdq/                              an export folder of the QDQ simulation graphs (manifest.json, same file names)
+//	<out>/bundle.json                       what was calibrated and the simulated SNR per graph
+const (
+	BundleFile = "bundle.json"
+	CalibDir   = "calib"
+	QDQDir     = "qdq"
+)
+
+// GraphResult is what the bundle wrote for one graph.
+type GraphResult struct {
+	Name        string   `json:"-"`
+	Dir         string   `json:"dir"`
+	Files       []string `json:"files"`
+	CalibFile   string   `json:"calib_file"`
+	Samples     int      `json:"calib_samples"`
+	Observed    int      `json:"observed_positions"`
+	Activations int      `json:"activation_encodings"`
+	Params      int      `json:"param_encodings"`
+	Patterns    int      `json:"fused_patterns"`
+	Bytes       int64    `json:"bytes"`
+	// Filled by the simulation.
+	SNR      *float64 `json:"snr_db"`
+	SNRDelta *float64 `json:"snr_delta_db,omitempty"`
+	Top1     *float64 `json:"top1_agree,omitempty"`
+	Held     int      `json:"held_out_samples"`
+}
+
+// Positions are the stream positions a bundle uses: Observe set the
+// activation ranges, Calib go into the npz (a subset of Observe), Held are
+// kept out of both for the simulation.
+type Positions struct {
+	Observe, Calib, Held []int
+}
+
+// BundleGraph calibrates one graph of the export in dir on the trace and
+// writes its .aimet folder, its calibration npz and its QDQ simulation
+// graph under out. It returns what it wrote, the QDQ graph's manifest
+// entry and the held-out samples (with the reference's outputs). maskClip
+// is the low end of the attention mask's encoding (MaskClip); calibration
+// feeds the mask clamped to it, as the input quantizer delivers it.
+func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Positions, prec Precision, maskClip float64) (*GraphResult, *onnxgraph.GraphEntry, []Sample, error) {
+	src := filepath.Join(dir, e.File)
+	if e.ExternalData != nil {
+		return nil, nil, nil, fmt.Errorf("%s keeps its weights in %s: qnn-bundle reads graphs with inline weights (every graph under 2 GiB)", e.File, e.ExternalData.Name)
+	}
+	m, err := onnxio.ReadModelFile(src)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	plan := NewPlan(m)
+	g, err := onnxeval.Load(m)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+	}
+	fixed := Ranges{}
+	for _, in := range e.Inputs {
+		if strings.HasPrefix(in.Name, "attention_mask") {
+			fixed[in.Name] = [2]float64{maskClip, 0}
+		}
+	}
+	ranges := Ranges{}
+	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+	}
+	absmax := map[string][]float64{}
+	for _, p := range plan.Params {
+		v, _ := g.Initializer(p.Name)
+		dims := make([]int64, len(v.Shape))
+		for i, d := range v.Shape {
+			dims[i] = int64(d)
+		}
+		absmax[p.Name] = ParamAbsMax(v.F, dims, p.Axis)
+	}
+	enc, err := plan.Encodings(prec, ranges, fixed, absmax)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+	}
+	calib, err := t.Collect(e, pos.Calib, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	res := &GraphResult{Name: e.Name, Dir: e.Name + ".aimet", Samples: len(calib), Observed: len(pos.Observe), Held: len(pos.Held),
+		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns)}
+	if err := res.write(out, src, e, enc, calib); err != nil {
+		return nil, nil, nil, err
+	}
+	qm, err := QDQModel(m, enc, plan.Params)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+	}
+	info, err := onnxio.WriteFile(filepath.Join(out, QDQDir, e.File), onnxio.Model{Proto: qm}, onnxio.WriteOptions{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	qe := e
+	qe.SHA256, qe.Bytes, qe.ExternalData = info.SHA256, info.Size, nil
+	held, err := t.Collect(e, pos.Held, true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return res, &qe, held, nil
+}
+
+// observe runs the graph on one sample and widens the range of every
+// activation of the plan, the mask clamped to its fixed range.
+func observe(g *onnxeval.Graph, plan *Plan, s Sample, fixed, r Ranges) error {
+	want := plan.actSet()
+	ins := map[string]onnxeval.Value{}
+	for name, t := range s.Feeds {
+		shape := make([]int, len(t.Shape))
+		for i, d := range t.Shape {
+			shape[i] = int(d)
+		}
+		v := onnxeval.Value{Shape: shape, F: t.F32, I: t.I64}
+		if fr, ok := fixed[name]; ok {
+			v.F = clamp(t.F32, fr[0], fr[1])
+		}
+		ins[name] = v
+	}
+	if _, err := g.Run(ins, func(name string, v onnxeval.Value) {
+		if want[name] && v.F != nil {
+			r.Observe(name, v.F)
+		}
+	}); err != nil {
+		return fmt.Errorf("position %d: %w", s.Pos, err)
+	}
+	return nil
+}
+
+func clamp(v []float32, lo, hi float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(math.Max(lo, math.Min(hi, float64(x))))
+	}
+	return out
+}
+
+// write puts the graph's .aimet folder and npz under out.
+func (res *GraphResult) write(out, src string, e onnxgraph.GraphEntry, enc *Encodings, calib []Sample) error {
+	dir := filepath.Join(out, res.Dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	onnxName := e.Name + ".onnx"
+	if err := copyFile(src, filepath.Join(dir, onnxName)); err != nil {
+		return err
+	}
+	data, err := enc.Marshal()
+	if err != nil {
+		return err
+	}
+	encName := e.Name + ".encodings"
+	if err := os.WriteFile(filepath.Join(dir, encName), data, 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(out, CalibDir), 0o755); err != nil {
+		return err
+	}
+	res.CalibFile = CalibDir + "/" + e.Name + ".npz"
+	f, err := os.OpenFile(filepath.Join(out, res.CalibFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	names := make([]string, len(e.Inputs))
+	for i, in := range e.Inputs {
+		names[i] = in.Name
+	}
+	err = WriteNPZ(bw, names, calib)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", res.CalibFile, err)
+	}
+	res.Files = []string{res.Dir + "/" + onnxName, res.Dir + "/" + encName}
+	for _, name := range append(append([]string(nil), res.Files...), res.CalibFile) {
+		st, err := os.Stat(filepath.Join(out, name))
+		if err != nil {
+			return err
+		}
+		res.Bytes += st.Size()
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	return nil
+}
+
+// WriteQDQManifest writes the QDQ folder's manifest.json: the export's
+// manifest with each graph's sha256 and size those of its QDQ graph, so the
+// folder is an export any runner (verify's, eval --export) can run.
+func WriteQDQManifest(out string, man *onnxgraph.Manifest, graphs []onnxgraph.GraphEntry) error {
+	q := *man
+	q.Producer = "sparkconv qnn-bundle (QDQ simulation)"
+	q.Graphs = graphs
+	data, err := q.Marshal()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(out, QDQDir, onnxgraph.ManifestFile), data, 0o644)
+}
+
+// Bundle is bundle.json.
+type Bundle struct {
+	Format        string                  `json:"format"`
+	Version       int                     `json:"version"`
+	Precision     string                  `json:"precision"`
+	WeightBits    int                     `json:"weight_bits"`
+	ActBits       int                     `json:"activation_bits"`
+	EncodingsVer  string                  `json:"encodings_version"`
+	Export        BundleExport            `json:"export"`
+	Calibration   BundleCalibration       `json:"calibration"`
+	Mask          BundleMask              `json:"mask"`
+	Simulation    *BundleSimulation       `json:"simulation,omitempty"`
+	Graphs        map[string]*GraphResult `json:"graphs"`
+	GraphOrder    []string                `json:"graph_order"`
+	Forced        bool                    `json:"forced,omitempty"`
+	ForcedBecause string                  `json:"forced_because,omitempty"`
+}
+
+// BundleExport names the export the bundle was made from.
+type BundleExport struct {
+	ManifestSHA256 string `json:"manifest_sha256"`
+	Context        int    `json:"context"`
+	Layout         string `json:"layout"`
+	Granularity    string `json:"granularity"`
+}
+
+// BundleCalibration records what was calibrated.
+type BundleCalibration struct {
+	Source     string  `json:"source"`
+	TextSHA256 string  `json:"text_sha256"`
+	Samples    int     `json:"samples"`
+	Tokens     int     `json:"tokens"`
+	Observed   []int   `json:"observed_positions"`
+	Positions  []int   `json:"positions"`
+	HeldOut    []int   `json:"held_out_positions"`
+	Seconds    float64 `json:"trace_seconds"`
+	// CalibrateSeconds is the time of the range runs and the files.
+	CalibrateSeconds float64 `json:"calibrate_seconds"`
+}
+
+// BundleMask says how the additive mask is encoded.
+type BundleMask struct {
+	MaskValue    float64    `json:"mask_value"`
+	EncodedRange [2]float64 `json:"encoded_range"`
+	Note         string     `json:"note"`
+}
+
+// BundleSimulation describes the QDQ run.
+type BundleSimulation struct {
+	Runtime  string  `json:"runtime"`
+	Optimize string  `json:"ort_optimize"`
+	Seconds  float64 `json:"seconds"`
+	MinSNR   float64 `json:"min_layer_snr_db"`
+	BarDB    float64 `json:"bar_db"`
+}
+
+// Marshal returns bundle.json's bytes.
+func (b *Bundle) Marshal() ([]byte, error) {
+	data, err := json.MarshalIndent(b, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// GraphInputNames lists a manifest graph's input names in order.
+func GraphInputNames(e onnxgraph.GraphEntry) []string {
+	var out []string
+	for _, in := range e.Inputs {
+		out = append(out, in.Name)
+	}
+	return out
+}

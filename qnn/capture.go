@@ -1,0 +1,249 @@
+package qnn
+
+import (
+	"fmt"
+	"sort"
+
+	"sparkconv/forward"
+	"sparkconv/onnxgraph"
+)
+
+// Sample is one graph's inputs at one position, exactly as a runtime feeds
+// them (onnxgraph's host loop: ring or roll caches, the mask with
+// mask_value on empty slots, rope_cos/rope_sin), and, for held-out samples,
+// the float32 reference's outputs on those inputs.
+type Sample struct {
+	Pos   int
+	Feeds map[string]onnxgraph.Tensor
+	// Want holds the reference forward's outputs: "hidden_out" (embed,
+	// layer, block) or "logits" (head).
+	Want map[string][]float32
+}
+
+// SamplePositions spreads n calibration and held positions evenly over
+// [0, last] (both ends included, so early positions with empty slots, the
+// positions after the sliding window wraps and the end of the context are
+// all seen) and deals them alternately to calibration and held-out.
+func SamplePositions(n, held, last int) (calib, hold []int) {
+	k := n + held
+	if k <= 0 || last < 0 {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	var all []int
+	for i := range k {
+		p := 0
+		if k > 1 {
+			p = (i*last + (k-1)/2) / (k - 1)
+		}
+		if !seen[p] {
+			seen[p] = true
+			all = append(all, p)
+		}
+	}
+	for i, p := range all {
+		if (i%2 == 0 && len(calib) < n) || len(hold) >= held {
+			calib = append(calib, p)
+		} else {
+			hold = append(hold, p)
+		}
+	}
+	return calib, hold
+}
+
+// GraphOrder is the order a token flows through an export's graphs: embed,
+// the layer or block graphs by first layer, head.
+func GraphOrder(man *onnxgraph.Manifest) []onnxgraph.GraphEntry {
+	rank := func(g onnxgraph.GraphEntry) int {
+		switch g.Kind {
+		case onnxgraph.KindEmbed:
+			return -1
+		case onnxgraph.KindHead:
+			return 1 << 30
+		}
+		return g.LayerInfos()[0].Layer
+	}
+	gs := append([]onnxgraph.GraphEntry(nil), man.Graphs...)
+	sort.SliceStable(gs, func(a, b int) bool { return rank(gs[a]) < rank(gs[b]) })
+	return gs
+}
+
+// Trace is the reference forward's record of a calibration stream: per
+// position the residual entering every layer and leaving the last, every
+// layer's key (after RoPE) and value, and the logits at the held-out
+// positions. The reference's prefill computes it (its per-position values
+// are the decode step's: forward's tests hold decode to prefill at 132 dB);
+// Samples then replays each layer's cache entry by entry in its graph's
+// layout and size, exactly the runtime's host loop.
+type Trace struct {
+	ids       []int
+	hidden    [][]float32 // [L+1][T*H]
+	key, val  [][]float32 // [L][T*KV*D]
+	logits    map[int][]float32
+	h, kvd    int
+	kvHeads   int
+	headDim   int
+	context   int
+	maskValue float32
+	layers    int
+}
+
+// NewTrace runs ids through the reference (positions 0..len(ids)-1) and
+// keeps the logits of the held positions.
+func NewTrace(ref *forward.Model, man *onnxgraph.Manifest, ids []int, held []int) (*Trace, error) {
+	if man.DType != "float32" {
+		return nil, fmt.Errorf("the export is %s: a QNN bundle starts from a float32 export (AIMET encodings describe the float graph)", man.DType)
+	}
+	if len(ids) == 0 || len(ids) > man.Context {
+		return nil, fmt.Errorf("%d calibration tokens: want 1..%d (the export's context)", len(ids), man.Context)
+	}
+	r, err := ref.Prefill(ids, forward.PrefillOptions{Dump: true, Logits: forward.NoLogits})
+	if err != nil {
+		return nil, err
+	}
+	c := ref.Cfg
+	t := &Trace{ids: ids, hidden: append(r.HiddenIn, r.HiddenOut), key: r.Key, val: r.Value, logits: map[int][]float32{},
+		h: c.HiddenSize, kvd: c.KVDim(), kvHeads: c.NumKVHeads, headDim: c.HeadDim, context: man.Context,
+		maskValue: float32(man.MaskValue), layers: c.NumLayers}
+	for _, p := range held {
+		if p < 0 || p >= len(ids) {
+			return nil, fmt.Errorf("held-out position %d outside the %d tokens", p, len(ids))
+		}
+		l, err := ref.Logits(r.FinalNorm[p*c.HiddenSize:(p+1)*c.HiddenSize], 1)
+		if err != nil {
+			return nil, err
+		}
+		t.logits[p] = l
+	}
+	return t, nil
+}
+
+// Tokens is the length of the traced stream.
+func (t *Trace) Tokens() int { return len(t.ids) }
+
+func (t *Trace) hiddenAt(i, p int) []float32 {
+	return append([]float32(nil), t.hidden[i][p*t.h:(p+1)*t.h]...)
+}
+
+// Samples calls fn with graph e's inputs at each of positions (ascending),
+// and with the reference's outputs when want is set.
+func (t *Trace) Samples(e onnxgraph.GraphEntry, positions []int, want bool, fn func(Sample) error) error {
+	if !sort.IntsAreSorted(positions) {
+		return fmt.Errorf("positions not ascending")
+	}
+	if len(positions) == 0 {
+		return nil
+	}
+	if last := positions[len(positions)-1]; last >= len(t.ids) {
+		return fmt.Errorf("position %d past the %d traced tokens", last, len(t.ids))
+	}
+	H := int64(t.h)
+	infos := e.LayerInfos()
+	caches := make([]*forward.LayerCache, len(infos))
+	for k, li := range infos {
+		if li.Layer >= t.layers {
+			return fmt.Errorf("%s: layer %d, the model has %d", e.File, li.Layer, t.layers)
+		}
+		lay := forward.Ring
+		if li.Layout == onnxgraph.LayoutRoll {
+			lay = forward.Roll
+		}
+		caches[k] = forward.NewLayerCache(lay, t.kvHeads, t.headDim, li.CacheSlots)
+	}
+	next := 0
+	for p := 0; next < len(positions); p++ {
+		if p == positions[next] {
+			next++
+			s := Sample{Pos: p, Feeds: map[string]onnxgraph.Tensor{}}
+			if want {
+				s.Want = map[string][]float32{}
+			}
+			switch e.Kind {
+			case onnxgraph.KindEmbed:
+				s.Feeds["input_ids"] = onnxgraph.I64Tensor([]int64{1, 1}, []int64{int64(t.ids[p])})
+				if want {
+					s.Want["hidden_out"] = t.hiddenAt(0, p)
+				}
+			case onnxgraph.KindHead:
+				s.Feeds["hidden_in"] = onnxgraph.F32Tensor([]int64{1, 1, H}, t.hiddenAt(t.layers, p))
+				if want {
+					l, ok := t.logits[p]
+					if !ok {
+						return fmt.Errorf("position %d: no reference logits traced", p)
+					}
+					s.Want["logits"] = l
+				}
+			default:
+				s.Feeds["hidden_in"] = onnxgraph.F32Tensor([]int64{1, 1, H}, t.hiddenAt(infos[0].Layer, p))
+				for k, li := range infos {
+					for name, v := range cacheFeeds(caches[k], li, p, t.maskValue, onnxgraph.LayerSuffix(e.Kind, li.Layer)) {
+						s.Feeds[name] = v
+					}
+				}
+				if want {
+					s.Want["hidden_out"] = t.hiddenAt(infos[len(infos)-1].Layer+1, p)
+				}
+			}
+			if err := fn(s); err != nil {
+				return err
+			}
+		}
+		for k, li := range infos {
+			kv := t.kvd
+			caches[k].Update(p, t.key[li.Layer][p*kv:(p+1)*kv], t.val[li.Layer][p*kv:(p+1)*kv])
+		}
+	}
+	return nil
+}
+
+// Collect returns the samples at positions.
+func (t *Trace) Collect(e onnxgraph.GraphEntry, positions []int, want bool) ([]Sample, error) {
+	var out []Sample
+	err := t.Samples(e, positions, want, func(s Sample) error { out = append(out, s); return nil })
+	return out, err
+}
+
+// ObservePositions spreads n positions evenly over [0, last] leaving out
+// the held ones, and adds the calibration positions: the positions whose
+// activations set the ranges.
+func ObservePositions(n, last int, calib, held []int) []int {
+	skip := map[int]bool{}
+	for _, p := range held {
+		skip[p] = true
+	}
+	set := map[int]bool{}
+	for _, p := range calib {
+		set[p] = true
+	}
+	for i := range n {
+		p := 0
+		if n > 1 {
+			p = (i*last + (n-1)/2) / (n - 1)
+		}
+		if !skip[p] {
+			set[p] = true
+		}
+	}
+	out := make([]int, 0, len(set))
+	for p := range set {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// cacheFeeds is the layer's feeds (all but hidden_in) from a forward cache,
+// copied (the cache moves on).
+func cacheFeeds(lc *forward.LayerCache, li onnxgraph.LayerInfo, p int, mv float32, sfx string) map[string]onnxgraph.Tensor {
+	st := &onnxgraph.CacheState{Info: li, KV: lc.KVHeads, D: lc.HeadDim,
+		Key: append([]float32(nil), lc.Key...), Value: append([]float32(nil), lc.Value...), Written: lc.Filled}
+	if li.Layout == onnxgraph.LayoutRoll {
+		st.Written = nil
+		for _, f := range lc.Filled {
+			if f {
+				st.Filled++
+			}
+		}
+	}
+	return st.Feeds(onnxgraph.Float32, p, mv, sfx)
+}

@@ -1,0 +1,221 @@
+package qnn
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"sparkconv/onnxpb"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// QDQDomain is where the simulation's QuantizeLinear/DequantizeLinear come
+// from: ONNX Runtime's com.microsoft ops take uint16/int16 at any default
+// opset, so the exported graph keeps its opset 17 (the default domain's
+// uint16 Q/DQ needs opset 21, where ReduceMean's axes attribute is gone).
+const QDQDomain = "com.microsoft"
+
+// QDQModel returns a copy of the float graph m with the encodings applied
+// the way QNN applies them: every parameter with an encoding is stored as
+// integers (int8/int16, symmetric, per channel on its axis) and
+// dequantized by a DequantizeLinear node; every activation with an
+// encoding passes QuantizeLinear -> DequantizeLinear (uint8/uint16, zero
+// point -offset) right where it is produced, so every reader and the graph
+// outputs see the quantized value. Tensors without an encoding (the
+// interiors of fused patterns) stay float. m is not modified.
+func QDQModel(m *onnxpb.ModelProto, enc *Encodings, params []Param) (*onnxpb.ModelProto, error) {
+	out := proto.Clone(m).(*onnxpb.ModelProto)
+	g := out.Graph
+	acts := map[string]Encoding{}
+	for _, e := range enc.Activations {
+		acts[e.Name] = e
+	}
+	axis := map[string]int{}
+	for _, p := range params {
+		axis[p.Name] = p.Axis
+	}
+	var head []*onnxpb.NodeProto
+	var inits []*onnxpb.TensorProto
+	for _, t := range g.Initializer {
+		e, ok := findEnc(enc.Params, t.GetName())
+		if !ok {
+			inits = append(inits, t)
+			continue
+		}
+		qt, scale, zp, err := quantizeParam(t, e, axis[t.GetName()])
+		if err != nil {
+			return nil, err
+		}
+		inits = append(inits, qt, scale, zp)
+		dq := &onnxpb.NodeProto{Name: proto.String(t.GetName() + "/DequantizeLinear"), OpType: proto.String("DequantizeLinear"),
+			Domain: proto.String(QDQDomain), Input: []string{qt.GetName(), scale.GetName(), zp.GetName()}, Output: []string{t.GetName()}}
+		if e.EncType == PerChannel {
+			dq.Attribute = []*onnxpb.AttributeProto{{Name: proto.String("axis"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(int64(axis[t.GetName()]))}}
+		}
+		head = append(head, dq)
+	}
+	qdq := func(src, dst string, e Encoding) ([]*onnxpb.NodeProto, error) {
+		if e.EncType != PerTensor {
+			return nil, fmt.Errorf("activation %s: %s encoding (activations are per tensor)", e.Name, e.EncType)
+		}
+		scale, zp, err := actQParams(e)
+		if err != nil {
+			return nil, err
+		}
+		inits = append(inits, scale, zp)
+		q := dst + "/q"
+		return []*onnxpb.NodeProto{
+			{Name: proto.String(dst + "/QuantizeLinear"), OpType: proto.String("QuantizeLinear"), Domain: proto.String(QDQDomain),
+				Input: []string{src, scale.GetName(), zp.GetName()}, Output: []string{q}},
+			{Name: proto.String(dst + "/DequantizeLinear"), OpType: proto.String("DequantizeLinear"), Domain: proto.String(QDQDomain),
+				Input: []string{q, scale.GetName(), zp.GetName()}, Output: []string{dst}},
+		}, nil
+	}
+	// Graph inputs: quantize at the start, readers read the dequantized copy.
+	rename := map[string]string{}
+	for _, vi := range g.Input {
+		e, ok := acts[vi.GetName()]
+		if !ok {
+			continue
+		}
+		dst := vi.GetName() + "/dq"
+		nodes, err := qdq(vi.GetName(), dst, e)
+		if err != nil {
+			return nil, err
+		}
+		head = append(head, nodes...)
+		rename[vi.GetName()] = dst
+	}
+	nodes := head
+	for _, n := range g.Node {
+		for i, in := range n.Input {
+			if r, ok := rename[in]; ok {
+				n.Input[i] = r
+			}
+		}
+		var after []*onnxpb.NodeProto
+		for i, o := range n.Output {
+			e, ok := acts[o]
+			if !ok {
+				continue
+			}
+			f := o + "/float"
+			n.Output[i] = f
+			qn, err := qdq(f, o, e)
+			if err != nil {
+				return nil, err
+			}
+			after = append(after, qn...)
+		}
+		nodes = append(nodes, n)
+		nodes = append(nodes, after...)
+	}
+	g.Node, g.Initializer = nodes, inits
+	out.OpsetImport = append(out.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String(QDQDomain), Version: proto.Int64(1)})
+	return out, nil
+}
+
+func findEnc(list []Encoding, name string) (Encoding, bool) {
+	for _, e := range list {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Encoding{}, false
+}
+
+func floatTensor(name string, dims []int64, v []float32) *onnxpb.TensorProto {
+	return &onnxpb.TensorProto{Name: proto.String(name), Dims: dims, DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: v}
+}
+
+// actQParams returns the scale and the unsigned zero point (-offset) of an
+// asymmetric activation grid.
+func actQParams(e Encoding) (scale, zp *onnxpb.TensorProto, err error) {
+	z := -int64(e.Offset[0])
+	hi := int64(1)<<e.BW - 1
+	if z < 0 || z > hi {
+		return nil, nil, fmt.Errorf("activation %s: zero point %d outside [0, %d]", e.Name, z, hi)
+	}
+	scale = floatTensor(e.Name+"/scale", nil, []float32{e.Scale[0]})
+	zp = &onnxpb.TensorProto{Name: proto.String(e.Name + "/zero_point")}
+	switch e.BW {
+	case 8:
+		zp.DataType, zp.RawData = proto.Int32(int32(onnxpb.TensorProto_UINT8)), []byte{byte(z)}
+	case 16:
+		zp.DataType, zp.RawData = proto.Int32(int32(onnxpb.TensorProto_UINT16)), binary.LittleEndian.AppendUint16(nil, uint16(z))
+	default:
+		return nil, nil, fmt.Errorf("activation %s: %d-bit grids are not simulated (8 or 16)", e.Name, e.BW)
+	}
+	return scale, zp, nil
+}
+
+// quantizeParam rounds a float initializer onto its symmetric grid: signed
+// integers q = clamp(round(w / scale), -2^(bw-1), 2^(bw-1) - 1), with the
+// scale per channel of axis (or one), zero point 0.
+func quantizeParam(t *onnxpb.TensorProto, e Encoding, axis int) (q, scale, zp *onnxpb.TensorProto, err error) {
+	w, err := tensorFloat32(t)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("parameter %s: %w", t.GetName(), err)
+	}
+	if !e.IsSym {
+		return nil, nil, nil, fmt.Errorf("parameter %s: asymmetric parameter grids are not simulated", t.GetName())
+	}
+	cols := 1
+	if e.EncType == PerChannel {
+		if axis != len(t.Dims)-1 || int64(len(e.Scale)) != t.Dims[axis] {
+			return nil, nil, nil, fmt.Errorf("parameter %s: %d channel scales for dims %v axis %d", t.GetName(), len(e.Scale), t.Dims, axis)
+		}
+		cols = len(e.Scale)
+	}
+	lo, hi := -math.Exp2(float64(e.BW-1)), math.Exp2(float64(e.BW-1))-1
+	name := t.GetName()
+	q = &onnxpb.TensorProto{Name: proto.String(name + "/q"), Dims: t.Dims}
+	zp = &onnxpb.TensorProto{Name: proto.String(name + "/zero_point")}
+	var zdims []int64
+	if e.EncType == PerChannel {
+		zdims = []int64{int64(cols)}
+	}
+	zp.Dims = zdims
+	switch e.BW {
+	case 8:
+		q.DataType, zp.DataType = proto.Int32(int32(onnxpb.TensorProto_INT8)), proto.Int32(int32(onnxpb.TensorProto_INT8))
+		q.RawData, zp.RawData = make([]byte, len(w)), make([]byte, cols)
+	case 16:
+		q.DataType, zp.DataType = proto.Int32(int32(onnxpb.TensorProto_INT16)), proto.Int32(int32(onnxpb.TensorProto_INT16))
+		q.RawData, zp.RawData = make([]byte, 2*len(w)), make([]byte, 2*cols)
+	default:
+		return nil, nil, nil, fmt.Errorf("parameter %s: %d-bit grids are not simulated (8 or 16)", name, e.BW)
+	}
+	for i, v := range w {
+		s := float64(e.Scale[i%cols])
+		iq := math.Max(lo, math.Min(hi, math.RoundToEven(float64(v)/s)))
+		if e.BW == 8 {
+			q.RawData[i] = byte(int8(iq))
+		} else {
+			binary.LittleEndian.PutUint16(q.RawData[2*i:], uint16(int16(iq)))
+		}
+	}
+	return q, floatTensor(name+"/scale", zdims, e.Scale), zp, nil
+}
+
+// tensorFloat32 returns a float32 initializer's values.
+func tensorFloat32(t *onnxpb.TensorProto) ([]float32, error) {
+	if t.GetDataType() != int32(onnxpb.TensorProto_FLOAT) {
+		return nil, fmt.Errorf("element type %d, want float32", t.GetDataType())
+	}
+	if len(t.FloatData) > 0 {
+		return t.FloatData, nil
+	}
+	if isExternal(t) {
+		return nil, fmt.Errorf("external data is not read here")
+	}
+	if len(t.RawData)%4 != 0 {
+		return nil, fmt.Errorf("%d raw bytes", len(t.RawData))
+	}
+	out := make([]float32, len(t.RawData)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.RawData[4*i:]))
+	}
+	return out, nil
+}

@@ -1,0 +1,372 @@
+package qnn
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"sparkconv/onnxpb"
+)
+
+// Precision is a QNN quantization recipe: weight and activation bit widths.
+type Precision struct {
+	Name                string
+	WeightBits, ActBits int
+}
+
+// Precisions are the recipes qnn-bundle writes (qai-hub-models' Precision
+// names, qnn.md 1.7).
+var Precisions = []Precision{{"w8a16", 8, 16}, {"w16a16", 16, 16}, {"w8a8", 8, 8}}
+
+// ParsePrecision returns the named recipe.
+func ParsePrecision(s string) (Precision, error) {
+	var names []string
+	for _, p := range Precisions {
+		if p.Name == s {
+			return p, nil
+		}
+		names = append(names, p.Name)
+	}
+	return Precision{}, fmt.Errorf("precision %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+// MaskClip is the low end of the attention mask's encoding: qai-hub-models'
+// attention_mask_min_clip for 16-bit activations (qnn.md 1.3). The
+// runtime's mask_value (-1e4) saturates to it at the input quantizer;
+// exp(-50) ~ 2e-22, so a masked slot stays hidden, while a grid over
+// [mask_value, 0] would spend the 16 bits on a range no real score uses.
+const MaskClip = -50.0
+
+// Pattern is a fusable op pattern (RMSNorm, exact GELU) found in a graph:
+// QNN fuses it into one op only when no encoding sits on its interior.
+type Pattern struct {
+	Kind     string   // "RMSNorm" or "GELU"
+	Input    string   // the pattern's input
+	Output   string   // its result
+	Interior []string // values between input and output
+	Consts   []string // the pattern's own constants (2, eps, sqrt 2, 1, 0.5)
+}
+
+// Param is a constant that gets a parameter encoding.
+type Param struct {
+	Name string
+	// Axis is the per-channel axis (the output-channel axis of a MatMul
+	// weight [in, out]: 1), or -1 for one encoding over the tensor.
+	Axis int
+}
+
+// Plan says where a graph gets encodings, the way the QAIRT converter
+// quantizes it: every float activation (graph inputs and node outputs)
+// except the interiors of fusable patterns, with tied tensors sharing one
+// encoding (data movement ops and Concat with their inputs, each KV input
+// with its new_*/present_* output, a Gather's output with its table), and
+// the float constants as parameters (MatMul weights per output channel,
+// others per tensor, none for a pattern's own constants).
+type Plan struct {
+	Acts     []string // in graph order
+	Params   []Param
+	Patterns []Pattern
+	// GatherOf maps a Gather output to the table whose encoding it takes.
+	GatherOf map[string]string
+	group    map[string]string // tensor -> group representative
+	interior map[string]*Pattern
+	acts     map[string]bool
+}
+
+// NewPlan plans a graph's encodings.
+func NewPlan(m *onnxpb.ModelProto) *Plan {
+	x := newGraphIndex(m.GetGraph(), defaultOpset(m))
+	p := &Plan{GatherOf: map[string]string{}, group: map[string]string{}, interior: map[string]*Pattern{}}
+	p.Patterns = x.fusablePatterns()
+	patternConst := map[string]bool{}
+	for i := range p.Patterns {
+		pt := &p.Patterns[i]
+		for _, v := range pt.Interior {
+			p.interior[v] = pt
+		}
+		for _, c := range pt.Consts {
+			patternConst[c] = true
+		}
+	}
+	isFloat := func(name string) bool {
+		e, ok := x.elem[name]
+		return !ok || e == int32(onnxpb.TensorProto_FLOAT) || e == int32(onnxpb.TensorProto_FLOAT16)
+	}
+	seen := map[string]bool{}
+	addAct := func(name string) {
+		if name != "" && !seen[name] && isFloat(name) && p.interior[name] == nil {
+			seen[name] = true
+			p.Acts = append(p.Acts, name)
+		}
+	}
+	for _, vi := range x.g.GetInput() {
+		et := vi.GetType().GetTensorType().GetElemType()
+		if x.graphIn[vi.GetName()] && (et == int32(onnxpb.TensorProto_FLOAT) || et == int32(onnxpb.TensorProto_FLOAT16)) {
+			addAct(vi.GetName())
+		}
+	}
+	params := map[string]int{}
+	var order []string
+	for _, n := range x.nodes {
+		for slot, in := range n.GetInput() {
+			t, ok := x.inits[in]
+			if !ok || patternConst[in] || t.GetDataType() != int32(onnxpb.TensorProto_FLOAT) {
+				continue
+			}
+			axis := -1
+			if isOp(n, "MatMul") && slot == 1 && len(t.Dims) == 2 {
+				axis = 1
+			}
+			if old, dup := params[in]; !dup {
+				order = append(order, in)
+				params[in] = axis
+			} else if old != axis {
+				params[in] = -1
+			}
+		}
+		for _, out := range n.GetOutput() {
+			addAct(out)
+		}
+		switch n.GetOpType() {
+		case "Concat":
+			for _, in := range n.GetInput() {
+				p.union(in, output(n, 0))
+			}
+		case "Reshape", "Split", "Slice", "Identity", "Squeeze", "Unsqueeze", "Transpose":
+			for _, out := range n.GetOutput() {
+				p.union(input(n, 0), out)
+			}
+		case "Gather":
+			if _, ok := x.inits[input(n, 0)]; ok {
+				p.GatherOf[output(n, 0)] = input(n, 0)
+			}
+		}
+	}
+	for _, name := range order {
+		p.Params = append(p.Params, Param{Name: name, Axis: params[name]})
+	}
+	for in := range x.graphIn {
+		for _, pair := range [][2]string{{"past_key", "new_key"}, {"past_key", "present_key"}, {"past_value", "new_value"}, {"past_value", "present_value"}} {
+			if sfx, ok := strings.CutPrefix(in, pair[0]); ok && x.graphOut[pair[1]+sfx] {
+				p.union(in, pair[1]+sfx)
+			}
+		}
+	}
+	return p
+}
+
+func (p *Plan) find(t string) string {
+	for {
+		r, ok := p.group[t]
+		if !ok || r == t {
+			return t
+		}
+		t = r
+	}
+}
+
+func (p *Plan) union(a, b string) {
+	if a == "" || b == "" {
+		return
+	}
+	ra, rb := p.find(a), p.find(b)
+	if ra == rb {
+		return
+	}
+	if rb < ra { // deterministic representative: the smaller name
+		ra, rb = rb, ra
+	}
+	p.group[rb] = ra
+	p.group[ra] = ra
+}
+
+func (p *Plan) actSet() map[string]bool {
+	if p.acts == nil {
+		p.acts = map[string]bool{}
+		for _, a := range p.Acts {
+			p.acts[a] = true
+		}
+	}
+	return p.acts
+}
+
+// Group returns the representative of t's tie group (t when untied).
+func (p *Plan) Group(t string) string { return p.find(t) }
+
+// Interior returns the fusable pattern whose interior holds t, or nil.
+func (p *Plan) Interior(t string) *Pattern { return p.interior[t] }
+
+// fusablePatterns finds every RMSNorm and exact-GELU pattern QNN fuses.
+func (x *graphIndex) fusablePatterns() []Pattern {
+	var out []Pattern
+	for _, n := range x.nodes {
+		switch n.GetOpType() {
+		case "ReduceMean":
+			if pt, ok := x.rmsPattern(n); ok {
+				out = append(out, pt)
+			}
+		case "Erf":
+			if pt, ok := x.geluPattern(n); ok {
+				out = append(out, pt)
+			}
+		}
+	}
+	return out
+}
+
+// rmsPattern matches Pow(x, 2) -> ReduceMean -> Add(eps) -> Sqrt ->
+// Div(x, .) -> Mul(weight) around ReduceMean r (the contract's form, the
+// one the converter's match_rms_norm fuses).
+func (x *graphIndex) rmsPattern(r *onnxpb.NodeProto) (Pattern, bool) {
+	sq := x.prod(input(r, 0))
+	if !isOp(sq, "Pow") || !x.scalarNear(input(sq, 1), 2, 0) || x.soleReader(output(sq, 0)) != r {
+		return Pattern{}, false
+	}
+	base := input(sq, 0)
+	for _, d := range x.rmsAxes(r, base) {
+		if d.fatal {
+			return Pattern{}, false
+		}
+	}
+	add := x.soleReader(output(r, 0))
+	eps, ok := otherInput(add, output(r, 0))
+	if !isOp(add, "Add") || !ok || !x.isConst(eps) {
+		return Pattern{}, false
+	}
+	sqrt := x.soleReader(output(add, 0))
+	if !isOp(sqrt, "Sqrt") {
+		return Pattern{}, false
+	}
+	div := x.soleReader(output(sqrt, 0))
+	if !isOp(div, "Div") || input(div, 0) != base || input(div, 1) != output(sqrt, 0) {
+		return Pattern{}, false
+	}
+	mul := x.soleReader(output(div, 0))
+	if w, ok := otherInput(mul, output(div, 0)); !isOp(mul, "Mul") || !ok || !x.isConst(w) {
+		return Pattern{}, false
+	}
+	return Pattern{Kind: "RMSNorm", Input: base, Output: output(mul, 0),
+		Interior: []string{output(sq, 0), output(r, 0), output(add, 0), output(sqrt, 0), output(div, 0)},
+		Consts:   []string{input(sq, 1), eps}}, true
+}
+
+// geluPattern matches Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5)
+// around Erf e (the form both the converter and ORT's QNN EP fuse).
+func (x *graphIndex) geluPattern(e *onnxpb.NodeProto) (Pattern, bool) {
+	if v, _ := x.matchGELU(e); v != "div" {
+		return Pattern{}, false
+	}
+	d := x.prod(input(e, 0))
+	a := x.soleReader(output(e, 0))
+	m := x.soleReader(output(a, 0))
+	m2 := x.soleReader(output(m, 0))
+	if !isOp(m2, "Mul") {
+		return Pattern{}, false // the (0.5 * x) * (1 + erf) form: not the contract's
+	}
+	one, _ := otherInput(a, output(e, 0))
+	half, _ := otherInput(m2, output(m, 0))
+	return Pattern{Kind: "GELU", Input: input(d, 0), Output: output(m2, 0),
+		Interior: []string{output(d, 0), output(e, 0), output(a, 0), output(m, 0)},
+		Consts:   []string{input(d, 1), one, half}}, true
+}
+
+// Ranges accumulates the observed [min, max] of activations.
+type Ranges map[string][2]float64
+
+// Observe widens the range of name by data.
+func (r Ranges) Observe(name string, data []float32) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	if old, ok := r[name]; ok {
+		lo, hi = old[0], old[1]
+	}
+	for _, v := range data {
+		f := float64(v)
+		lo, hi = math.Min(lo, f), math.Max(hi, f)
+	}
+	r[name] = [2]float64{lo, hi}
+}
+
+// ParamAbsMax returns a constant's absolute maxima: per column of a
+// [rows, cols] tensor with axis 1, else one over the tensor.
+func ParamAbsMax(data []float32, dims []int64, axis int) []float64 {
+	if axis == 1 && len(dims) == 2 {
+		cols := int(dims[1])
+		out := make([]float64, cols)
+		for i, v := range data {
+			c := i % cols
+			out[c] = math.Max(out[c], math.Abs(float64(v)))
+		}
+		return out
+	}
+	var m float64
+	for _, v := range data {
+		m = math.Max(m, math.Abs(float64(v)))
+	}
+	return []float64{m}
+}
+
+// Encodings turns observed ranges and the constants' absolute maxima into
+// the graph's encodings file: each tie group's activations share one
+// asymmetric grid over the union of their ranges, fixed ranges (the
+// attention mask) override what was observed, parameters get symmetric
+// grids, and a Gather's output takes its table's grid.
+func (p *Plan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax map[string][]float64) (*Encodings, error) {
+	f := &Encodings{Version: EncodingsVersion, Activations: []Encoding{}, Params: []Encoding{}, ExcludedLayers: []string{},
+		QuantizerArgs: &QuantizerArgs{ActivationBitwidth: prec.ActBits, DType: "int", IsSymmetric: false,
+			ParamBitwidth: prec.WeightBits, PerChannel: true, QuantScheme: "min_max"}}
+	paramEnc := map[string]Encoding{}
+	for _, pr := range p.Params {
+		am, ok := absmax[pr.Name]
+		if !ok {
+			return nil, fmt.Errorf("parameter %s: no values", pr.Name)
+		}
+		e := SymmetricEncoding(pr.Name, prec.WeightBits, am)
+		paramEnc[pr.Name] = e
+		f.Params = append(f.Params, e)
+	}
+	group := map[string][2]float64{}
+	for _, a := range p.Acts {
+		rng, ok := fixed[a]
+		if !ok {
+			if rng, ok = r[a]; !ok {
+				return nil, fmt.Errorf("activation %s: no range observed (was it computed on the calibration inputs?)", a)
+			}
+		}
+		g := p.find(a)
+		if old, ok := group[g]; ok {
+			if _, isFixed := fixed[a]; !isFixed {
+				rng = [2]float64{math.Min(old[0], rng[0]), math.Max(old[1], rng[1])}
+			} else {
+				rng = old
+			}
+		}
+		group[g] = rng
+	}
+	// A fixed range decides its whole group.
+	for a, rng := range fixed {
+		group[p.find(a)] = rng
+	}
+	for _, a := range p.Acts {
+		if table, ok := p.GatherOf[a]; ok {
+			f.Activations = append(f.Activations, paramEnc[table].Renamed(a))
+			continue
+		}
+		rng := group[p.find(a)]
+		if math.IsInf(rng[0], 0) || math.IsInf(rng[1], 0) || math.IsNaN(rng[0]) || math.IsNaN(rng[1]) {
+			return nil, fmt.Errorf("activation %s: range [%v, %v] is not finite", a, rng[0], rng[1])
+		}
+		f.Activations = append(f.Activations, AsymmetricEncoding(a, prec.ActBits, rng[0], rng[1]))
+	}
+	return f, nil
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
