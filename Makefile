@@ -42,9 +42,14 @@ demo: build ort
 	$(BIN) gptq --model $(DEMO)/model --out $(DEMO)/gptq-w4a8 --group 128 --quant-head
 	$(BIN) w4a16 --model $(DEMO)/model --out $(DEMO)/w4a16 --group 128 --quant-head
 	$(BIN) calibrate --model $(DEMO)/model --samples fixtures/corpus/calib.txt --out $(DEMO)/calib --seq-len 256
-	$(BIN) export-onnx --model $(DEMO)/model --out $(DEMO)/onnx --layout auto --context 64
+	$(BIN) export-onnx --model $(DEMO)/model --out $(DEMO)/onnx --layout auto --context 512
 	$(BIN) lint $(DEMO)/onnx/layer_00.onnx
 	$(BIN) verify --model $(DEMO)/model --export $(DEMO)/onnx
+	$(BIN) plan --model $(DEMO)/model
+	for b in w8a8 gptq-w4a8 w4a16; do \
+	  $(BIN) eval --base $(DEMO)/model --model $(DEMO)/$$b --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-$$b.html || exit 1; \
+	done
+	$(BIN) eval --base $(DEMO)/model --export $(DEMO)/onnx --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-onnx.html
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...

@@ -42,7 +42,7 @@ func (e *evalFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&e.force, "force", false, "replace an existing --report file, recompute an existing --base-logits file")
 	f.StringVar(&e.export, "export", "", "score an export-onnx folder in ONNX Runtime instead of --model (token by token, as a phone runtime runs it)")
 	f.StringVar(&e.ortLib, "ort-lib", "", "with --export: path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
-	f.IntVar(&e.threads, "threads", 0, "with --export: ONNX Runtime intra-op threads (0: its default)")
+	f.IntVar(&e.threads, "threads", 1, "with --export: ONNX Runtime intra-op threads (0: its default); one decode step is small, so 1 is fastest on small models")
 }
 
 // check validates the flags (usage errors).
