@@ -22,6 +22,9 @@ import (
 //	                                     the scored positions
 //	prompts      I64 [n, promptLen]      the greedy prompts (n > 0)
 //	greedy       I64 [n, gen]            the base's greedy continuations
+//	layers       F32 [L, count, H]       the residual leaving each layer at
+//	                                     window 0's scored positions (when
+//	                                     the base is the reference forward)
 //
 // with metadata format, ctx, vocab, base (what the base was) and source
 // (the text). Log-probabilities are kept in float32, not quantized to 16
@@ -80,12 +83,37 @@ func WriteBase(path string, base Model, text *Text, opt Options) error {
 	}
 	ids := text.Stream[:windows*opt.Ctx]
 	tensors := []safetensors.Tensor{i64Tensor("ids", [][]int{ids})}
+	w0 := window0{m: base, ids: text.Window(0, opt.Ctx)[:opt.Ctx-1], first: first}
+	if lm, ok := base.(LayerModel); ok {
+		L, H := lm.LayerShape()
+		tensors = append(tensors, safetensors.Tensor{
+			Name: "layers", DType: dtype.F32, Shape: []int64{int64(L), int64(count), int64(H)},
+			Produce: func() ([]byte, error) {
+				if err := w0.run(); err != nil {
+					return nil, err
+				}
+				b := make([]byte, 0, L*count*H*4)
+				for _, l := range w0.layers {
+					b = append(b, f32Bytes(l)...)
+				}
+				w0.layers = nil
+				return b, nil
+			},
+		})
+	}
 	for w := range windows {
 		tensors = append(tensors, safetensors.Tensor{
 			Name: "logprobs." + strconv.Itoa(w), DType: dtype.F32, Shape: []int64{int64(count), int64(V)},
 			Produce: func() ([]byte, error) {
 				win := text.Window(w, opt.Ctx)
-				logits, err := base.Logits(win[:opt.Ctx-1], first)
+				var logits []float32
+				var err error
+				if w == 0 {
+					err = w0.run()
+					logits, w0.logits = w0.logits, nil
+				} else {
+					logits, err = base.Logits(win[:opt.Ctx-1], first)
+				}
 				if err != nil {
 					return nil, fmt.Errorf("base, window %d: %w", w, err)
 				}
@@ -108,6 +136,51 @@ func WriteBase(path string, base Model, text *Text, opt Options) error {
 		"base": base.Describe(), "source": text.Source,
 	}
 	return safetensors.WriteFile(path, tensors, safetensors.WriteOptions{Metadata: meta}, opt.Force)
+}
+
+// window0 computes window 0 once for both the logits and the per-layer
+// residuals (when the model gives them).
+type window0 struct {
+	m      Model
+	ids    []int
+	first  int
+	done   bool
+	logits []float32
+	layers [][]float32
+}
+
+func (w *window0) run() error {
+	if w.done {
+		return nil
+	}
+	var err error
+	if lm, ok := w.m.(LayerModel); ok {
+		w.logits, w.layers, err = lm.LogitsLayers(w.ids, w.first)
+	} else {
+		w.logits, err = w.m.Logits(w.ids, w.first)
+	}
+	w.done = err == nil
+	return err
+}
+
+// Layers returns the base's residual leaving each layer at window 0's
+// scored positions, [count*H] per layer (views of the file), or nil when
+// the file has none.
+func (b *BaseLogits) Layers() ([][]float32, error) {
+	info, raw, err := b.f.Raw("layers")
+	if err != nil {
+		return nil, nil
+	}
+	if info.DType != dtype.F32 || len(info.Shape) != 3 {
+		return nil, fmt.Errorf("%s: layers is %s%v, want F32 [layers, count, hidden]", b.Path, info.DType, info.Shape)
+	}
+	all := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/4)
+	n := int(info.Shape[1] * info.Shape[2])
+	out := make([][]float32, info.Shape[0])
+	for i := range out {
+		out[i] = all[i*n : (i+1)*n]
+	}
+	return out, nil
 }
 
 // OpenBase opens a base log-probs file and checks that it was made for

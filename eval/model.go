@@ -29,7 +29,17 @@ type Generator interface {
 	NextLogits(seqs [][]int) ([][]float32, error)
 }
 
-// Forward is the reference forward as a Model and Generator.
+// LayerModel is a Model that also gives the residual stream leaving each
+// layer (the per-layer output error of the report).
+type LayerModel interface {
+	// LayerShape is the number of layers and the hidden size.
+	LayerShape() (layers, hidden int)
+	// LogitsLayers is Logits plus, per layer, the residual leaving it at
+	// positions first..len(ids)-1, [(len(ids)-first)*hidden].
+	LogitsLayers(ids []int, first int) ([]float32, [][]float32, error)
+}
+
+// Forward is the reference forward as a Model, Generator and LayerModel.
 type Forward struct{ M *forward.Model }
 
 // Describe names the weights the forward reads.
@@ -78,4 +88,22 @@ func (f Forward) NextLogits(seqs [][]int) ([][]float32, error) {
 		out[s] = l
 	}
 	return out, nil
+}
+
+// LayerShape is the config's layer count and hidden size.
+func (f Forward) LayerShape() (int, int) { return f.M.Cfg.NumLayers, f.M.Cfg.HiddenSize }
+
+// LogitsLayers runs the prefill with the per-layer dump.
+func (f Forward) LogitsLayers(ids []int, first int) ([]float32, [][]float32, error) {
+	r, err := f.M.Prefill(ids, forward.PrefillOptions{Dump: true, Logits: forward.AllLogits, LogitsFrom: first})
+	if err != nil {
+		return nil, nil, err
+	}
+	H := f.M.Cfg.HiddenSize
+	outs := append(r.HiddenIn[1:], r.HiddenOut)
+	layers := make([][]float32, len(outs))
+	for i, x := range outs {
+		layers[i] = append([]float32(nil), x[first*H:]...)
+	}
+	return r.Logits, layers, nil
 }

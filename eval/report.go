@@ -44,7 +44,7 @@ func WriteReport(path string, r *Result, buildDir string, force bool) error {
 		return err
 	}
 	p, err = kldByPosition(r)
-	if err := add("Mean KLD along the window", fmt.Sprintf("position in the %d-token window; the sliding layers see only their window, so error that grows with position is the full-attention layers' context at work.", r.Ctx), p, err); err != nil {
+	if err := add("Mean KLD along the window", fmt.Sprintf("position in the %d-token window (every scored position has at least half a window of context); a rise past the sliding window is the full-attention layers' long context at work.", r.Ctx), p, err); err != nil {
 		return err
 	}
 	if r.Greedy.Prompts > 0 {
@@ -53,9 +53,15 @@ func WriteReport(path string, r *Result, buildDir string, force bool) error {
 			return err
 		}
 	}
+	if len(r.LayerRelErr) > 0 {
+		p, err = layerPlot(r)
+		if err := add("Output error per layer", "SNR (dB) of the residual stream leaving each layer against the original's, over the first window's scored positions: where the error enters and how it compounds (layers that match exactly are left out).", p, err); err != nil {
+			return err
+		}
+	}
 	if rep, ok := readBuildReport(buildDir); ok && len(rep.Tensors) > 0 {
 		p, err = snrPlot(rep)
-		if err := add("Weight SNR per quantized tensor", "signal-to-noise ratio of each dequantized weight against the original (dB), in checkpoint order, from the build's sparkconv-report.json.", p, err); err != nil {
+		if err := add("Weight SNR per quantized tensor", "signal-to-noise ratio of each dequantized weight against the original (dB), tensors sorted by name, from the build's sparkconv-report.json.", p, err); err != nil {
 			return err
 		}
 	}
@@ -153,6 +159,27 @@ func greedyPlot(r *Result) (*plot.Plot, error) {
 	p.Y.Label.Text = "tokens reproduced"
 	p.Y.Max = float64(r.Greedy.Tokens)
 	p.Add(b)
+	return p, nil
+}
+
+func layerPlot(r *Result) (*plot.Plot, error) {
+	var xy plotter.XYs
+	for i, e := range r.LayerRelErr {
+		if e > 0 {
+			xy = append(xy, plotter.XY{X: float64(i), Y: -20 * math.Log10(e)})
+		}
+	}
+	p := plot.New()
+	p.X.Label.Text = "layer"
+	p.Y.Label.Text = "output SNR (dB)"
+	if len(xy) == 0 {
+		return p, nil
+	}
+	l, pts, err := plotter.NewLinePoints(xy)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(l, pts)
 	return p, nil
 }
 

@@ -3,6 +3,7 @@ package eval
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 )
@@ -59,6 +60,11 @@ type Result struct {
 	Stats
 	Greedy        Greedy    `json:"greedy"`
 	KLDByPosition []float64 `json:"kld_by_position"` // mean KLD at positions ctx/2 .. ctx-2
+	// LayerRelErr is, per layer, the relative RMS error of the build's
+	// residual leaving it against the base's, sqrt(sum d^2 / sum ref^2),
+	// over window 0's scored positions (when both are reference forwards;
+	// the SNR in dB is -20 log10 of it).
+	LayerRelErr []float64 `json:"layer_rel_err,omitempty"`
 	Seconds       float64   `json:"seconds"`
 	// TokensPerS is the build's throughput over the windows (tokens run
 	// through the model per second, scored or not).
@@ -115,9 +121,24 @@ func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 	V := b.Vocab
 	r := &Result{Base: b.Base, Model: m.Describe(), Text: b.Source, Ctx: b.Ctx, Window: b.Windows()}
 	lp := make([]float32, V)
+	baseLayers, err := b.Layers()
+	if err != nil {
+		return nil, err
+	}
+	lm, layered := m.(LayerModel)
 	for w := range b.Windows() {
 		win := b.IDs[w*b.Ctx : (w+1)*b.Ctx]
-		logits, err := m.Logits(win[:b.Ctx-1], first)
+		var logits []float32
+		var err error
+		if w == 0 && layered && baseLayers != nil {
+			var layers [][]float32
+			logits, layers, err = lm.LogitsLayers(win[:b.Ctx-1], first)
+			if err == nil {
+				r.LayerRelErr, err = layerRelErr(baseLayers, layers)
+			}
+		} else {
+			logits, err = m.Logits(win[:b.Ctx-1], first)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("window %d: %w", w, err)
 		}
@@ -178,6 +199,27 @@ func greedyTest(b *BaseLogits, m Model) (Greedy, error) {
 	}
 	g.PrefixKept = kept / float64(g.Prompts)
 	return g, nil
+}
+
+// layerRelErr is sqrt(sum (ref - got)^2 / sum ref^2) per layer.
+func layerRelErr(ref, got [][]float32) ([]float64, error) {
+	if len(ref) != len(got) {
+		return nil, fmt.Errorf("the base has %d layers, the build %d", len(ref), len(got))
+	}
+	out := make([]float64, len(ref))
+	for i := range ref {
+		if len(ref[i]) != len(got[i]) {
+			return nil, fmt.Errorf("layer %d: base %d values, build %d", i, len(ref[i]), len(got[i]))
+		}
+		var sig, noise float64
+		for k, v := range ref[i] {
+			d := float64(v) - float64(got[i][k])
+			sig += float64(v) * float64(v)
+			noise += d * d
+		}
+		out[i] = math.Sqrt(noise / sig)
+	}
+	return out, nil
 }
 
 // argmax is the first index of the largest value.
