@@ -65,7 +65,7 @@ type Result struct {
 	// over window 0's scored positions (when both are reference forwards;
 	// the SNR in dB is -20 log10 of it).
 	LayerRelErr []float64 `json:"layer_rel_err,omitempty"`
-	Seconds       float64   `json:"seconds"`
+	Seconds     float64   `json:"seconds"`
 	// TokensPerS is the build's throughput over the windows (tokens run
 	// through the model per second, scored or not).
 	TokensPerS float64 `json:"tokens_per_s"`
