@@ -90,11 +90,14 @@ var sizeLimits = map[string]int{
 	"vocab_size":          1 << 24,
 	"hidden_size":         1 << 18,
 	"intermediate_size":   1 << 20,
-	"num_hidden_layers":   1 << 12,
+	"num_hidden_layers":   MaxLayers,
 	"num_attention_heads": 1 << 12,
 	"num_key_value_heads": 1 << 12,
 	"head_dim":            1 << 14,
 }
+
+// MaxLayers caps num_hidden_layers.
+const MaxLayers = 1 << 12
 
 // MaxPositions caps max_position_embeddings, sliding_window and every
 // context length (2^30 tokens).

@@ -38,13 +38,8 @@ summary (layer-input and KV absmax) goes to stderr; --json prints it on stdout.`
 		Example: `  sparkconv calibrate --model /tmp/spark-tiny --samples fixtures/corpus/calib.txt --out /tmp/calib`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case model == "" || out == "" || len(samples) == 0:
+			if model == "" || out == "" || len(samples) == 0 {
 				return usagef("--model, --samples and --out are required")
-			case seqLen < 1:
-				return usagef("--seq-len must be >= 1")
-			case maxSamples < 0 || minTokens < 0:
-				return usagef("--max-samples and --min-tokens must be >= 0")
 			}
 			return runCalibrate(cmd, model, samples, out, force, seqLen, maxSamples, minTokens, seed)
 		},
@@ -58,6 +53,11 @@ summary (layer-input and KV absmax) goes to stderr; --json prints it on stdout.`
 	f.Uint64Var(&seed, "seed", 0, "seed of the --max-samples draw")
 	f.IntVar(&minTokens, "min-tokens", 128, "fail when the samples give fewer tokens than this")
 	f.BoolVar(&force, "force", false, "replace an existing output folder")
+	freeForm(cmd, "model", "samples", "out")
+	intIn(cmd, "seq-len", 1, 1<<20)
+	intIn(cmd, "max-samples", 0, 1<<31)
+	intIn(cmd, "min-tokens", 0, 1<<40)
+	uintAny(cmd, "seed")
 	rootCmd.AddCommand(cmd)
 }
 

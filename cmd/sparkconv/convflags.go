@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -24,6 +25,8 @@ func (c *convertFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&c.opt.Force, "force", false, "replace an existing output folder")
 	f.StringVar(&c.shardSize, "max-shard-size", "5GB", "largest safetensors shard (e.g. 2GB, 500MB, 0 for one file)")
 	c.gate.register(cmd)
+	freeForm(cmd, "model", "out")
+	sizeIn(cmd, "max-shard-size", 1, 1e15)
 }
 
 // options validates the flags and returns the conversion options.
@@ -57,10 +60,11 @@ func parseSize(s string) (int64, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(u, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("%q is not a size", s)
+	n := v * float64(mult)
+	if err != nil || !(n >= 0 && n < math.MaxInt64) || n != math.Trunc(n) {
+		return 0, fmt.Errorf("%q is not a whole number of bytes", s)
 	}
-	return int64(v * float64(mult)), nil
+	return int64(n), nil
 }
 
 // printReport prints a conversion summary (or the JSON report).

@@ -57,6 +57,15 @@ the bytes are identical on every run.`,
 	fl.StringVar(&f.layers, "layers", "all", `layers to export, e.g. "0-13" or "0-3,8-11"`)
 	fl.BoolVar(&f.force, "force", false, "replace an existing output folder")
 	fl.BoolVar(&f.noLint, "no-lint", false, "skip the QNN lint")
+	freeForm(cmd, "model", "out")
+	oneOf(cmd, "layout", "auto", "ring", "roll")
+	intIn(cmd, "context", 2, spark.MaxPositions)
+	oneOf(cmd, "dtype", "fp32", "float32", "fp16", "float16")
+	oneOf(cmd, "granularity", "layer", "block")
+	oneOf(cmd, "gelu", "erf", "tanh").unset()
+	checkedBy(cmd, "layers", `"all" or ranges of layer numbers such as "0-13" or "0-3,8-11"`,
+		func(s string) error { _, err := onnxgraph.ParseLayers(s, spark.MaxLayers); return err },
+		"x", "3-1", "-1", "0-", "1,,2", "NaN")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -93,7 +102,12 @@ func (f *exportONNXFlags) options(c *spark.Config) (onnxgraph.ExportOptions, err
 	}
 	layers, err := onnxgraph.ParseLayers(f.layers, c.NumLayers)
 	if err != nil {
-		return o, usagef("--layers: %v", err)
+		return o, usagef("--layers %q: %v", f.layers, err)
+	}
+	if c.MaxPositionEmbeddings > 0 {
+		if err := checkIn("context", int64(f.context), 2, int64(c.MaxPositionEmbeddings), "config.json max_position_embeddings"); err != nil {
+			return o, err
+		}
 	}
 	o.Layers = layers
 	if _, err := onnxgraph.GraphCount(c, o); err != nil {

@@ -22,12 +22,16 @@ func init() {
   sparkconv fixture --preset full --out /tmp/spark-full --shards 2 --untied`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			shape, ok := fixtures.Presets[opt.Preset]
-			if !ok {
-				return usagef("--preset %q: want one of %s", opt.Preset, strings.Join(fixtures.PresetNames(), ", "))
-			}
+			shape := fixtures.Presets[opt.Preset]
 			if out == "" {
 				return usagef("--out is required")
+			}
+			tensors := 8*shape.Layers + 2 // per layer 8, plus embedding and final norm
+			if opt.Untied {
+				tensors++
+			}
+			if err := checkIn("shards", int64(opt.Shards), 1, int64(tensors), "the preset's tensor count: each shard holds at least one tensor"); err != nil {
+				return err
 			}
 			d, err := outdir.Create(out, force)
 			if err != nil {
@@ -64,5 +68,9 @@ func init() {
 	f.IntVar(&opt.Shards, "shards", 1, "write this many safetensors shards plus an index")
 	f.BoolVar(&opt.Untied, "untied", false, "write a separate lm_head.weight (tie_word_embeddings false)")
 	f.BoolVar(&force, "force", false, "replace an existing output folder")
+	oneOf(cmd, "preset", fixtures.PresetNames()...)
+	freeForm(cmd, "out")
+	uintAny(cmd, "seed")
+	intIn(cmd, "shards", 1, 1<<16)
 	rootCmd.AddCommand(cmd)
 }

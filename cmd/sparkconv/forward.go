@@ -48,9 +48,6 @@ hidden_out and final_norm [T,H]. An existing dump file is replaced only with
 			if (text == "") == (ids == "") {
 				return usagef("give exactly one of --text and --ids")
 			}
-			if topK < 1 {
-				return usagef("--top-k must be >= 1")
-			}
 			return runForward(cmd, model, text, ids, dump, topK, force)
 		},
 	}
@@ -61,6 +58,10 @@ hidden_out and final_norm [T,H]. An existing dump file is replaced only with
 	f.IntVar(&topK, "top-k", 5, "how many next-token candidates to print")
 	f.StringVar(&dump, "dump", "", "write every position's tensors to this .safetensors file")
 	f.BoolVar(&force, "force", false, "replace an existing --dump file")
+	freeForm(cmd, "model", "text", "dump")
+	checkedBy(cmd, "ids", "comma-separated token ids (non-negative integers)",
+		func(s string) error { _, err := parseTokenIDs(s); return err }, "x", "1,,2", "-1", "1.5", "NaN", "99999999999999999999").unset()
+	intIn(cmd, "top-k", 1, 1<<24)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -101,6 +102,9 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 		return err
 	}
 	defer m.Close()
+	if err := checkIn("top-k", int64(topK), 1, int64(m.Cfg.VocabSize), "the model's vocab_size"); err != nil {
+		return err
+	}
 	opt := forward.PrefillOptions{Dump: dump != "", Logits: forward.LastLogits}
 	if opt.Dump {
 		opt.Logits = forward.AllLogits

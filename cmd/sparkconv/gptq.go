@@ -60,5 +60,6 @@ a group size that divides K; nothing is written for a model it cannot load.`,
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
 	f.BoolVar(&o.NoSearch, "no-search", false, "plain absmax scales instead of the per-group MSE scale search")
+	oneOf(cmd, "group", "32", "64", "128")
 	rootCmd.AddCommand(cmd)
 }

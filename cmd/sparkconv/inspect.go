@@ -29,9 +29,6 @@ holding only config.json is planned from it alone (say so on stderr, and
 			if model == "" {
 				return usagef("--model is required")
 			}
-			if maxLen < 1 {
-				return usagef("--max-model-len must be >= 1")
-			}
 			cfg, weights, err := inspectConfig(model)
 			if err != nil {
 				return err
@@ -52,6 +49,8 @@ holding only config.json is planned from it alone (say so on stderr, and
 	}
 	cmd.Flags().StringVar(&model, "model", "", "model folder (config.json + safetensors)")
 	cmd.Flags().IntVar(&maxLen, "max-model-len", 2048, "context the runtime is sized for")
+	freeForm(cmd, "model")
+	intIn(cmd, "max-model-len", 1, spark.MaxPositions)
 	rootCmd.AddCommand(cmd)
 }
 

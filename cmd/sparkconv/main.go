@@ -13,12 +13,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"sparkconv/outdir"
+	"sparkconv/safetensors"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -35,7 +37,9 @@ var rootCmd = &cobra.Command{
 }
 
 func init() {
-	rootCmd.PersistentFlags().BoolVar(&jsonOut, "json", false, "print a machine-readable JSON summary on stdout")
+	rootCmd.PersistentFlags().BoolVar(&jsonOut, "json", false, "print a machine-readable JSON document on stdout (human text goes to stderr)")
+	rootCmd.Version = version
+	rootCmd.SetVersionTemplate("sparkconv {{.Version}}\n")
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the sparkconv version",
@@ -115,8 +119,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sparkconv: interrupted")
 		os.Exit(130)
 	}()
-	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	err := rootCmd.ExecuteContext(ctx)
+	prepare(rootCmd)
+	// A fault on a memory-mapped input that shrank becomes an error naming
+	// the file (on this goroutine; the readers' workers guard their own).
+	err := safetensors.Guard(func() error { return rootCmd.ExecuteContext(ctx) })
+	err = classify(ctx, err)
 	if err != nil {
 		var re reportedError
 		if jsonOut && !errors.As(err, &re) {
@@ -125,4 +132,26 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sparkconv:", err)
 	}
 	os.Exit(exitCode(err))
+}
+
+// errInterrupted replaces whatever a command returned after SIGINT/SIGTERM
+// (often "context canceled" naming a temporary file already removed).
+var errInterrupted error = interrupted{}
+
+type interrupted struct{}
+
+func (interrupted) Error() string { return "interrupted" }
+func (interrupted) Unwrap() error { return context.Canceled }
+
+// classify maps cobra's own errors and interruptions to what main reports.
+func classify(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		return errInterrupted
+	case strings.HasPrefix(err.Error(), "unknown command "):
+		return usageError{err} // cobra's error for an unknown subcommand
+	}
+	return err
 }

@@ -152,6 +152,8 @@ func TestInterruptLeavesNothing(t *testing.T) {
 	target := filepath.Join(dir, "m")
 	for attempt := 0; attempt < 3; attempt++ {
 		cmd := exec.Command(binPath, "fixture", "--preset", "small", "--out", target)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -173,6 +175,9 @@ func TestInterruptLeavesNothing(t *testing.T) {
 		}
 		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 			t.Fatalf("exit after SIGINT: %v", err)
+		}
+		if msg := stderr.String(); !strings.Contains(msg, "interrupted") || strings.Contains(msg, "context canceled") || strings.Contains(msg, "sparkconv-tmp") {
+			t.Errorf("message after SIGINT: %q", msg)
 		}
 		entries, _ := os.ReadDir(dir)
 		if len(entries) != 0 {

@@ -48,6 +48,7 @@ of IN so that its relative data locations still resolve.`,
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "output .onnx file")
 	cmd.Flags().BoolVar(&force, "force", false, "replace an existing output file")
+	freeForm(cmd, "output")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -34,6 +34,7 @@ func init() {
 	f := tokenizeCmd.Flags()
 	f.StringVar(&tokenizeFlags.tokenizer, "tokenizer", "", "tokenizer.json to encode with (required)")
 	f.BoolVar(&tokenizeFlags.special, "special", false, "add the post-processor's special tokens (add_special_tokens=true)")
+	freeForm(tokenizeCmd, "tokenizer")
 	rootCmd.AddCommand(tokenizeCmd)
 }
 

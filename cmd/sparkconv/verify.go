@@ -41,9 +41,6 @@ ONNX Runtime is loaded from --ort-lib, else $SPARKCONV_ORT_LIB, else
 			if model == "" || export == "" {
 				return usagef("--model and --export are required")
 			}
-			if steps < 0 || threads < 0 {
-				return usagef("--steps and --threads must be >= 0")
-			}
 			o := verify.Options{Steps: steps, Seed: seed, Threads: threads, Optimize: optimize}
 			return runVerify(cmd, model, export, ortLib, o)
 		},
@@ -56,6 +53,11 @@ ONNX Runtime is loaded from --ort-lib, else $SPARKCONV_ORT_LIB, else
 	f.IntVar(&threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the token history and the cache garbage")
 	f.StringVar(&optimize, "ort-opt", "", "ONNX Runtime graph optimization: all, extended, basic, none (default: all for fp32, extended for fp16)")
+	freeForm(cmd, "model", "export", "ort-lib")
+	intIn(cmd, "steps", 1, 1<<20).unset() // not given: sliding_window + 8
+	intIn(cmd, "threads", 0, 1024)        // 0: ONNX Runtime's default
+	uintAny(cmd, "seed")
+	oneOf(cmd, "ort-opt", "all", "extended", "basic", "none").unset()
 	rootCmd.AddCommand(cmd)
 }
 

@@ -63,6 +63,8 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 	f.StringVar(&o.Pack, "pack", "portable", "qweight layout: portable, avx512 or avx2")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
 	f.BoolVar(&o.NoSearch, "no-search", false, "plain min/max parameters instead of the per-group MSE search")
+	oneOf(cmd, "group", "32", "64", "128", "256")
+	oneOf(cmd, "pack", "portable", "avx512", "avx2")
 	rootCmd.AddCommand(cmd)
 }
 
