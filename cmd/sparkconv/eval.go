@@ -43,6 +43,11 @@ func (e *evalFlags) register(cmd *cobra.Command) {
 	f.StringVar(&e.export, "export", "", "score an export-onnx folder in ONNX Runtime instead of --model (token by token, as a phone runtime runs it)")
 	f.StringVar(&e.ortLib, "ort-lib", "", "with --export: path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	f.IntVar(&e.threads, "threads", 1, "with --export: ONNX Runtime intra-op threads (0: its default); one decode step is small, so 1 is fastest on small models")
+	freeForm(cmd, "base", "model", "samples", "ids", "base-logits", "report", "export", "ort-lib")
+	intIn(cmd, "threads", 0, 1024)
+	intIn(cmd, "ctx", 4, spark.MaxPositions)
+	intIn(cmd, "greedy", 0, 1<<16)
+	intIn(cmd, "gen-tokens", 1, 1<<20)
 }
 
 // check validates the flags (usage errors).

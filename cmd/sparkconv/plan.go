@@ -63,6 +63,9 @@ target machine) for amx_tile, amx_int8, avx512f and avx2.`,
 	f.StringVar(&priority, "priority", "speed", "speed or fidelity")
 	f.StringVar(&cpuinfo, "cpuinfo", "", "probe this /proc/cpuinfo text instead of the running machine's")
 	f.StringVar(&model, "model", "MODEL", "the model folder, used in the printed command")
+	oneOf(cmd, "target", plan.Targets...)
+	oneOf(cmd, "priority", plan.Priorities...)
+	freeForm(cmd, "cpuinfo", "model")
 	rootCmd.AddCommand(cmd)
 }
 
