@@ -31,6 +31,9 @@ func (g *gateFlags) register(cmd *cobra.Command) {
 	f.Lookup("eval").NoOptDefVal = builtinText
 	f.Float64Var(&g.maxKLD, "max-kld", 0, "exit 1 when the build's mean KLD exceeds this (implies --eval)")
 	f.Float64Var(&g.minTop1, "min-top1", 0, "exit 1 when the build's same-top-1 fraction is below this, e.g. 0.9 (implies --eval)")
+	freeForm(cmd, "eval")
+	floatIn(cmd, "max-kld", 1e-9, 1e3).unset() // not given: no KLD gate
+	floatIn(cmd, "min-top1", 1e-9, 1).unset()  // not given: no top-1 gate
 }
 
 // check refuses out-of-range gates (usage errors).
