@@ -34,22 +34,28 @@ import (
 	"sparkconv/spark"
 )
 
-// Grid is a 4-bit grid of package quant.
+// Grid is a quantization grid of package quant.
 type Grid int
 
-// The two 4-bit grids.
+// The grids of the output formats.
 const (
 	// GridSym4 is GPTQ's symmetric grid: w = (q - 8) * scale.
 	GridSym4 Grid = iota
 	// GridAsym4 is tinygemm's grid with a float zero: w = (q - 8) * scale + zero.
 	GridAsym4
+	// GridInt8 is compressed-tensors' per-channel symmetric int8 grid:
+	// w = q * scale (W8A8; the 4-bit methods below do not take it).
+	GridInt8
 )
 
 func (g Grid) String() string {
-	if g == GridSym4 {
+	switch g {
+	case GridSym4:
 		return "int4 symmetric"
+	case GridAsym4:
+		return "int4 asymmetric (tinygemm float zero)"
 	}
-	return "int4 asymmetric (tinygemm float zero)"
+	return "int8 per-channel symmetric"
 }
 
 // quantize chooses round-to-nearest codes for m, parameters from the plain

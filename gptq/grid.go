@@ -1,0 +1,88 @@
+package gptq
+
+import (
+	"fmt"
+
+	"sparkconv/convert"
+	"sparkconv/quant"
+)
+
+// Grid is what the solve quantizes to: one of convert's grids, its group
+// size along K (K itself for per-channel int8), the dtype the parameters
+// are stored in, and whether group parameters come from the MSE search or
+// the plain rule.
+type Grid struct {
+	Kind   convert.Grid
+	Group  int
+	DType  quant.ScaleDType
+	Search bool
+}
+
+// param is one group's parameters (zero only on the asymmetric grid).
+type param struct{ scale, zero float32 }
+
+// String names the grid for messages.
+func (g Grid) String() string {
+	if g.Kind == convert.GridInt8 {
+		return g.Kind.String()
+	}
+	return fmt.Sprintf("%s g%d", g.Kind, g.Group)
+}
+
+// group is the group size on a K-wide matrix.
+func (g Grid) group(k int) int {
+	if g.Kind == convert.GridInt8 {
+		return k
+	}
+	return g.Group
+}
+
+// fit chooses a group's parameters from its weights, with package quant's
+// rules (the same as round to nearest uses).
+func (g Grid) fit(seg []float32) param {
+	switch g.Kind {
+	case convert.GridSym4:
+		if g.Search {
+			return param{scale: quant.Sym4Search(seg, g.DType).Scale}
+		}
+		return param{scale: quant.Sym4Absmax(seg, g.DType).Scale}
+	case convert.GridAsym4:
+		var p quant.Asym4
+		if g.Search {
+			p = quant.Asym4Search(seg, g.DType)
+		} else {
+			p = quant.Asym4MinMax(seg, g.DType)
+		}
+		return param{scale: p.Scale, zero: p.Zero}
+	}
+	return param{scale: quant.Int8Absmax(seg, g.DType).Scale}
+}
+
+// code is w's nearest code on p's grid and its dequantized value. Int8
+// codes are stored as their two's-complement byte.
+func (g Grid) code(p param, w float32) (uint8, float32) {
+	switch g.Kind {
+	case convert.GridSym4:
+		s := quant.Sym4{Scale: p.scale}
+		q := s.Code(w)
+		return q, s.Value(q)
+	case convert.GridAsym4:
+		a := quant.Asym4{Scale: p.scale, Zero: p.zero}
+		q := a.Code(w)
+		return q, a.Value(q)
+	}
+	s := quant.Int8{Scale: p.scale}
+	q := s.Code(w)
+	return uint8(q), s.Value(q)
+}
+
+// value dequantizes a stored code.
+func (g Grid) value(p param, q uint8) float32 {
+	switch g.Kind {
+	case convert.GridSym4:
+		return quant.Sym4{Scale: p.scale}.Value(q)
+	case convert.GridAsym4:
+		return quant.Asym4{Scale: p.scale, Zero: p.zero}.Value(q)
+	}
+	return quant.Int8{Scale: p.scale}.Value(int8(q))
+}

@@ -1,0 +1,158 @@
+package gptq
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"sparkconv/kernels"
+)
+
+// HoldOut: every HoldOut-th token row of a linear input is kept out of its
+// Hessian and used to measure the output error on rows the solve never saw.
+const HoldOut = 10
+
+// maxHeldRows bounds the held-out rows kept per input (the report's error
+// estimate needs a few hundred, not all).
+const maxHeldRows = 1024
+
+// Hessian accumulates one linear input: H = sum of x x^T over the tokens
+// (lower triangle while accumulating, float64), and every HoldOut-th row
+// kept aside.
+type Hessian struct {
+	K      int
+	H      []float64 // [K, K]; full and symmetric after Finish
+	Tokens int64     // rows in H
+	Held   []float32 // [HeldRows, K] rows kept out of H
+	seen   int64     // rows offered, held-out ones included
+	buf    []float32
+}
+
+// NewHessian returns an empty accumulator for K input channels.
+func NewHessian(k int) *Hessian { return &Hessian{K: k, H: make([]float64, k*k)} }
+
+// Reset empties the accumulator, keeping its memory.
+func (h *Hessian) Reset() {
+	clear(h.H)
+	h.Tokens, h.seen, h.Held = 0, 0, h.Held[:0]
+}
+
+// HeldRows is the number of held-out rows.
+func (h *Hessian) HeldRows() int { return len(h.Held) / h.K }
+
+// Add accumulates x [rows, K]: every HoldOut-th row (counting over all
+// calls) goes to Held, the others into H.
+func (h *Hessian) Add(x []float32, rows int) {
+	k := h.K
+	h.buf = h.buf[:0]
+	for r := range rows {
+		row := x[r*k : (r+1)*k]
+		if (h.seen+int64(r))%HoldOut == HoldOut-1 && len(h.Held) < maxHeldRows*k {
+			h.Held = append(h.Held, row...)
+			continue
+		}
+		h.buf = append(h.buf, row...)
+	}
+	h.seen += int64(rows)
+	if n := len(h.buf) / k; n > 0 {
+		kernels.SyrkAccumulateLower(h.H, h.buf, n, k)
+		h.Tokens += int64(n)
+	}
+}
+
+// Finish mirrors the lower triangle: H is then the full symmetric matrix.
+func (h *Hessian) Finish() { kernels.SymmetrizeLower(h.H, h.K) }
+
+// DefaultDamp is the damping fraction of the mean diagonal (--damp):
+// IST-DASLab's and llm-compressor's 0.01.
+const DefaultDamp = 0.01
+
+// ErrNotPD reports a Hessian that stays singular after every damping tried.
+var ErrNotPD = errors.New("Hessian not positive definite at any damping tried")
+
+// dampSchedule is the damping tried after the requested one fails: each
+// step multiplies it by about 3, up to the whole mean diagonal.
+func dampSchedule(d float64) []float64 {
+	out := []float64{d}
+	for x := d * math.Sqrt(10); x < 1; x *= math.Sqrt(10) {
+		out = append(out, x)
+	}
+	if out[len(out)-1] < 1 {
+		out = append(out, 1)
+	}
+	return out
+}
+
+// Factor is what the solve needs from a Hessian: the upper triangular U
+// with U^T U = (H + damp I)^-1, in processing order.
+type Factor struct {
+	K    int
+	U    []float64 // [K, K] row-major, zero below the diagonal
+	Perm []int     // Perm[i] is the input channel processed i-th
+	Dead []bool    // input channels with diag H = 0 (their weights become 0)
+	// Damp is the damping fraction that factored; Tries how many were tried.
+	Damp  float64
+	Tries int
+	Act   bool // columns in descending diag(H) order (static act-order)
+}
+
+// Prepare factors h (full symmetric [k, k], not modified) into f, reusing
+// f's memory: dead channels (diag 0) get H[d,d] = 1, the order is
+// descending diag(H) when actOrder (stable: ties keep channel order),
+// damping damp * mean(diag) is added, and U = chol(H^-1) upper. A Hessian
+// that is not positive definite is retried with about 3x the damping each
+// time, up to the mean diagonal itself; ErrNotPD when none factors.
+func Prepare(f *Factor, h []float64, k int, damp float64, actOrder bool) error {
+	if len(h) < k*k {
+		return fmt.Errorf("gptq: Hessian holds %d values, want %d", len(h), k*k)
+	}
+	f.K, f.Act = k, actOrder
+	f.Dead = slices.Grow(f.Dead[:0], k)[:k]
+	f.Perm = slices.Grow(f.Perm[:0], k)[:k]
+	diag := make([]float64, k)
+	var mean float64
+	for i := range k {
+		d := h[i*k+i]
+		f.Dead[i] = d == 0
+		if d == 0 {
+			d = 1
+		}
+		diag[i] = d
+		mean += d
+	}
+	mean /= float64(k)
+	for i := range f.Perm {
+		f.Perm[i] = i
+	}
+	if actOrder {
+		slices.SortStableFunc(f.Perm, func(a, b int) int {
+			switch {
+			case diag[a] > diag[b]:
+				return -1
+			case diag[a] < diag[b]:
+				return 1
+			}
+			return 0
+		})
+	}
+	f.U = slices.Grow(f.U[:0], k*k)[:k*k]
+	for t, d := range dampSchedule(damp) {
+		f.Tries = t + 1
+		kernels.Parallel(k, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				src, dst := h[f.Perm[i]*k:], f.U[i*k:(i+1)*k]
+				for j, pj := range f.Perm {
+					dst[j] = src[pj]
+				}
+				dst[i] = diag[f.Perm[i]] + d*mean
+			}
+		})
+		if err := kernels.CholeskyUpperInverse(f.U, k); err == nil {
+			f.Damp = d
+			return nil
+		}
+	}
+	f.Damp = 0
+	return ErrNotPD
+}

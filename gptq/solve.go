@@ -1,0 +1,207 @@
+package gptq
+
+import (
+	"fmt"
+	"slices"
+
+	"sparkconv/convert"
+	"sparkconv/dtype"
+	"sparkconv/kernels"
+	"sparkconv/quant"
+)
+
+// BlockSize is the width of the column blocks whose updates are applied
+// lazily (IST-DASLab's blocksize=128): within a block the error of each
+// column is pushed into the block's later columns one by one; the rest of
+// the row is updated once per block with a GEMM.
+const BlockSize = 128
+
+// panelBytes bounds the float64 working copy of W: rows are solved a panel
+// at a time (they are independent given the factor), so the 131072-row head
+// never needs a 2 GB copy.
+const panelBytes = 64 << 20
+
+// Result is a solved matrix: one code per weight (int8 codes as their
+// two's-complement byte) and the parameters of every group.
+type Result struct {
+	N, K, Group int
+	Codes       []uint8   // [N*K] row-major, in the original column order
+	Scales      []float32 // [N, K/Group]
+	Zeros       []float32 // [N, K/Group], asymmetric grid only (else nil)
+	Stats       quant.ErrStats
+}
+
+// params returns group gi of row n.
+func (r *Result) param(n, gi int) param {
+	i := n*(r.K/r.Group) + gi
+	p := param{scale: r.Scales[i]}
+	if r.Zeros != nil {
+		p.zero = r.Zeros[i]
+	}
+	return p
+}
+
+// Dequantize writes row n's dequantized weights into dst[:K].
+func (r *Result) Dequantize(g Grid, n int, dst []float32) {
+	for k := range r.K {
+		dst[k] = g.value(r.param(n, k/r.Group), r.Codes[n*r.K+k])
+	}
+}
+
+// size shapes r for an [n, k] matrix with groups of gs, reusing memory.
+func (r *Result) size(n, k, gs int, zeros bool) {
+	r.N, r.K, r.Group = n, k, gs
+	r.Codes = slices.Grow(r.Codes[:0], n*k)[:n*k]
+	ng := n * (k / gs)
+	r.Scales = slices.Grow(r.Scales[:0], ng)[:ng]
+	r.Zeros = nil
+	if zeros {
+		r.Zeros = make([]float32, ng)
+	}
+	r.Stats = quant.ErrStats{}
+}
+
+// Solve quantizes W (m) on grid g with GPTQ, given the factor of its
+// input's Hessian. Group parameters come from the error-updated weights
+// at each group boundary (in processing order); with f.Act, columns are
+// processed in f.Perm's order but every group keeps its original columns,
+// and its parameters are fitted up front from the original weights
+// (static groups), so g_idx stays k/g. Weights of dead channels are set to
+// zero first. Stats is the weight error against m.
+func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error {
+	n, k := m.N, m.K
+	gs := g.group(k)
+	if f.K != k {
+		return fmt.Errorf("gptq: factor is for K=%d, matrix is [%d, %d]", f.K, n, k)
+	}
+	if gs <= 0 || k%gs != 0 {
+		return fmt.Errorf("gptq: group size %d does not divide K=%d", gs, k)
+	}
+	dst.size(n, k, gs, g.Kind == convert.GridAsym4)
+	rows := max(1, min(n, panelBytes/(8*k)))
+	s := &solver{m: m, f: f, g: g, dst: dst, gs: gs,
+		w: make([]float64, rows*k), e: make([]float64, rows*BlockSize), stats: make([]quant.ErrStats, rows)}
+	for n0 := 0; n0 < n; n0 += rows {
+		s.panel(n0, min(n, n0+rows))
+	}
+	return nil
+}
+
+// solver is one Solve in progress.
+type solver struct {
+	m     quant.Matrix
+	f     *Factor
+	g     Grid
+	dst   *Result
+	gs    int
+	w     []float64 // [rows, K] panel in processing order
+	e     []float64 // [rows, BlockSize] scaled errors of the current block
+	stats []quant.ErrStats
+}
+
+// panel solves rows [n0, n1).
+func (s *solver) panel(n0, n1 int) {
+	k, p := s.m.K, n1-n0
+	kernels.Parallel(p, func(lo, hi int) {
+		orig := make([]float32, k)
+		for r := lo; r < hi; r++ {
+			s.load(n0+r, s.w[r*k:(r+1)*k], orig)
+		}
+	})
+	u := s.f.U
+	for i1 := 0; i1 < k; i1 += BlockSize {
+		i2 := min(k, i1+BlockSize)
+		kernels.Parallel(p, func(lo, hi int) {
+			seg := make([]float32, s.gs)
+			for r := lo; r < hi; r++ {
+				s.block(n0+r, s.w[r*k:(r+1)*k], s.e[r*BlockSize:], i1, i2, seg)
+			}
+		})
+		if i2 < k {
+			// W[:, i2:] -= E @ U[i1:i2, i2:]
+			kernels.Dgemm(false, false, p, k-i2, i2-i1, -1, s.e, BlockSize, u[i1*k+i2:], k, 1, s.w[i2:], k)
+		}
+	}
+	kernels.Parallel(p, func(lo, hi int) {
+		orig, deq := make([]float32, k), make([]float32, k)
+		for r := lo; r < hi; r++ {
+			row := matrixRow(s.m, n0+r, orig)
+			s.dst.Dequantize(s.g, n0+r, deq)
+			s.stats[r] = quant.Compare(row, deq)
+		}
+	})
+	for r := range p {
+		s.dst.Stats.Merge(s.stats[r]) // fixed order: identical on every run
+	}
+}
+
+// load fills w with row n in processing order, dead channels zeroed; with
+// static groups it fits every group's parameters from that row.
+func (s *solver) load(n int, w []float64, buf []float32) {
+	row := matrixRow(s.m, n, buf)
+	f := s.f
+	for _, d := range f.Dead {
+		if d {
+			row = slices.Clone(row)
+			break
+		}
+	}
+	for c, d := range f.Dead {
+		if d {
+			row[c] = 0
+		}
+	}
+	for i, c := range f.Perm {
+		w[i] = float64(row[c])
+	}
+	if f.Act {
+		for gi := range s.m.K / s.gs {
+			s.setParam(n, gi, s.g.fit(row[gi*s.gs:(gi+1)*s.gs]))
+		}
+	}
+}
+
+func (s *solver) setParam(n, gi int, p param) {
+	i := n*(s.m.K/s.gs) + gi
+	s.dst.Scales[i] = p.scale
+	if s.dst.Zeros != nil {
+		s.dst.Zeros[i] = p.zero
+	}
+}
+
+// block runs columns [i1, i2) of row n (w in processing order): quantize,
+// scale the error by 1/U[i,i], push it into the block's later columns and
+// keep it in e for the GEMM that updates the rest of the row.
+func (s *solver) block(n int, w, e []float64, i1, i2 int, seg []float32) {
+	k, u, perm := s.m.K, s.f.U, s.f.Perm
+	codes := s.dst.Codes[n*k : (n+1)*k]
+	for i := i1; i < i2; i++ {
+		c := perm[i]
+		if !s.f.Act && i%s.gs == 0 {
+			for j := range seg {
+				seg[j] = float32(w[i+j])
+			}
+			s.setParam(n, i/s.gs, s.g.fit(seg))
+		}
+		q, v := s.g.code(s.dst.param(n, c/s.gs), float32(w[i]))
+		codes[c] = q
+		d := (w[i] - float64(v)) / u[i*k+i]
+		e[i-i1] = d
+		ui := u[i*k+i+1 : i*k+i2]
+		wi := w[i+1 : i2]
+		for j := range wi {
+			wi[j] -= d * ui[j]
+		}
+	}
+}
+
+// matrixRow returns row n of m as float32 (bf16 widened into buf).
+func matrixRow(m quant.Matrix, n int, buf []float32) []float32 {
+	if m.F32 != nil {
+		return m.F32[n*m.K : (n+1)*m.K]
+	}
+	for i, b := range m.BF16[n*m.K : (n+1)*m.K] {
+		buf[i] = dtype.BF16ToF32(b)
+	}
+	return buf
+}
