@@ -38,6 +38,8 @@ type GPTQOptions struct {
 	// Chooser, if set, chooses the codes instead of round-to-nearest (on
 	// the symmetric grid; it must fill Codes and Scales).
 	Chooser CodeChooser
+	// Solver, if set, chooses every code before writing (calibrated GPTQ).
+	Solver Solver
 }
 
 // CheckFlags validates the flag values (usage errors).
@@ -82,18 +84,26 @@ func CheckGPTQModel(cfg *spark.Config, o GPTQOptions) error {
 	})
 }
 
-// GPTQConfig is the quantization_config: GPTQ v1, 4 bits, symmetric, no
-// act-order, g_proj kept in float through a negative `dynamic` rule, and
-// what really chose the codes in meta. No Hessian step runs, so the GPTQ
-// algorithm's damp_percent is not written (transformers would reject 0 and
-// any other value would be made up); true_sequential and static_groups are
-// false, the truth for round-to-nearest.
-func GPTQConfig(o GPTQOptions, version string) map[string]any {
+// GPTQConfig is the quantization_config: GPTQ v1, 4 bits, symmetric,
+// desc_act false (g_idx is always k/g: vLLM's W4A8 kernel refuses
+// desc_act), g_proj kept in float through a negative `dynamic` rule, and
+// what really chose the codes in meta. Without calibration (cal nil) no
+// Hessian step ran, so damp_percent is not written (transformers would
+// reject 0 and any other value would be made up) and true_sequential and
+// static_groups are false; with it, they say what the solve did and meta
+// names the calibration text (sha256, samples, tokens).
+func GPTQConfig(o GPTQOptions, cal *Calibration, version string) map[string]any {
 	mse := 0.0
 	if !o.NoSearch && o.Chooser == nil {
 		mse = 2.0 // squared error, GPTQModel's `mse` norm exponent
 	}
-	return map[string]any{
+	meta := map[string]any{
+		"quantizer":   []string{"sparkconv:" + version},
+		"method":      o.GPTQChooser().Method(),
+		"calibration": "none",
+		"mse":         mse,
+	}
+	qc := map[string]any{
 		"quant_method":      "gptq",
 		"checkpoint_format": "gptq",
 		"bits":              4,
@@ -105,13 +115,34 @@ func GPTQConfig(o GPTQOptions, version string) map[string]any {
 		"dynamic":           map[string]any{"-:.*g_proj": map[string]any{}},
 		"true_sequential":   false,
 		"static_groups":     false,
-		"meta": map[string]any{
-			"quantizer":   []string{"sparkconv:" + version},
-			"method":      o.GPTQChooser().Method(),
-			"calibration": "none",
-			"mse":         mse,
-		},
+		"meta":              meta,
 	}
+	if cal != nil {
+		qc["damp_percent"] = cal.DampPercent
+		qc["true_sequential"] = cal.TrueSequential
+		qc["static_groups"] = cal.StaticGroups
+		calMeta(meta, cal)
+	}
+	return qc
+}
+
+// calMeta records a calibration in a config's meta.
+func calMeta(meta map[string]any, cal *Calibration) {
+	meta["method"] = cal.Method
+	meta["calibration"] = map[string]any{
+		"sources": cal.Sources, "sha256": cal.SHA256, "samples": cal.Samples, "tokens": cal.Tokens,
+		"hessian_tokens": cal.HessianTokens, "token_budget": cal.TokenBudget, "seq_len": cal.SeqLen,
+	}
+	meta["damp_percent"] = cal.DampPercent
+	meta["act_order"] = cal.ActOrder
+	meta["static_groups"] = cal.StaticGroups
+	meta["true_sequential"] = cal.TrueSequential
+	meta["sequential"] = cal.Sequential
+	fb := []string{}
+	for _, f := range cal.Fallbacks {
+		fb = append(fb, f.Module+": "+f.Method)
+	}
+	meta["fallbacks"] = fb
 }
 
 // GPTQParts are the four tensors of one quantized linear W[N, K] with group g:
@@ -168,10 +199,17 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	if act != dtype.BF16 {
 		j.Report.Settings["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", act)
 	}
+	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch, Targets: Int4Targets(cfg, o.QuantHead)})
+	if err != nil {
+		return nil, err
+	}
+	if sol != nil {
+		chooser = sol
+	}
 	tensors, src := j.Int4Model(o.QuantHead, func(t Int4Target) Int4Spec {
 		return Int4Spec{Target: t, Group: o.Group, ScaleDType: quant.ScaleF16, Chooser: chooser, Grid: GridSym4, Parts: GPTQParts(t, o.Group)}
 	})
-	set := map[string]any{"quantization_config": GPTQConfig(o, o.Version)}
+	set := map[string]any{"quantization_config": GPTQConfig(o, j.Report.Calibration, o.Version)}
 	if o.QuantHead {
 		set["tie_word_embeddings"] = false
 	}

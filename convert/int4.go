@@ -393,6 +393,7 @@ func (l *int4Linear) report(r *quant.Int4Result, m quant.Matrix) error {
 		SNRdB:      r.Stats.SNRdB(),
 		MaxErr:     r.Stats.MaxAbs,
 		PlainSNRdB: &p,
+		GPTQ:       l.j.moduleReport(t),
 	})
 	return nil
 }

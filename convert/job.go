@@ -62,6 +62,9 @@ type Job struct {
 	start  time.Time
 	mu     sync.Mutex
 	aux    []auxFile // read at Start, written by CopyAux
+
+	scratch  []*os.File // removed before Commit (solver.go)
+	solution Solution   // set by a calibrated conversion
 }
 
 type auxFile struct {
@@ -102,6 +105,7 @@ func Start(ctx context.Context, opt Options, scheme string) (*Job, error) {
 // Close removes the temporary output unless Commit succeeded, and unmaps
 // the input.
 func (j *Job) Close() {
+	j.removeScratch()
 	j.Dir.Abort()
 	j.Model.Close()
 }
@@ -211,6 +215,9 @@ func (j *Job) Commit() error {
 	if err := j.ctx.Err(); err != nil {
 		return err
 	}
+	if err := j.removeScratch(); err != nil {
+		return err
+	}
 	if err := j.Model.Unchanged(); err != nil {
 		return err
 	}
@@ -233,17 +240,19 @@ func (j *Job) Commit() error {
 
 // Report is sparkconv-report.json.
 type Report struct {
-	Tool      string         `json:"tool"`
-	Version   string         `json:"version,omitempty"`
-	Scheme    string         `json:"scheme"`
-	Model     string         `json:"model"`
-	Method    string         `json:"method,omitempty"`
-	Settings  map[string]any `json:"settings,omitempty"`
-	Files     []string       `json:"files"`
-	Tensors   []TensorReport `json:"tensors"`
-	Totals    Totals         `json:"totals"`
-	Timing    Timing         `json:"timing"`
-	PeakRSSMB float64        `json:"peak_rss_mb"`
+	Tool     string         `json:"tool"`
+	Version  string         `json:"version,omitempty"`
+	Scheme   string         `json:"scheme"`
+	Model    string         `json:"model"`
+	Method   string         `json:"method,omitempty"`
+	Settings map[string]any `json:"settings,omitempty"`
+	// Calibration is set by a calibrated (GPTQ) conversion.
+	Calibration *Calibration   `json:"calibration,omitempty"`
+	Files       []string       `json:"files"`
+	Tensors     []TensorReport `json:"tensors"`
+	Totals      Totals         `json:"totals"`
+	Timing      Timing         `json:"timing"`
+	PeakRSSMB   float64        `json:"peak_rss_mb"`
 	// Eval is the build's fidelity on held-out text (eval.Result), when
 	// the command was asked to measure it (--eval).
 	Eval any `json:"eval,omitempty"`
@@ -279,6 +288,8 @@ type TensorReport struct {
 	MaxErr float64 `json:"max_abs_err"`
 	// PlainSNRdB is the SNR without the scale search (4-bit schemes).
 	PlainSNRdB *float64 `json:"plain_snr_db,omitempty"`
+	// GPTQ is the calibration record of a calibrated conversion.
+	GPTQ *ModuleReport `json:"gptq,omitempty"`
 }
 
 // Totals summarize the quantized tensors.

@@ -33,6 +33,8 @@ type W4A16Options struct {
 	// Chooser, if set, chooses the codes instead of round-to-nearest (on
 	// the asymmetric grid; it must fill Codes, Scales and Zeros).
 	Chooser CodeChooser
+	// Solver, if set, chooses every code before writing (calibrated GPTQ).
+	Solver Solver
 }
 
 // CheckFlags validates the flag values (usage errors).
@@ -83,12 +85,12 @@ func CheckW4A16Model(cfg *spark.Config, o W4A16Options) error {
 // format, documented in the README): every linear with a `qweight` is
 // quantized; codes q in 0..15, w = (q - 8) * scale + zero per group of
 // group_size consecutive input channels.
-func W4A16Config(o W4A16Options, actDType dtype.DType, version string) map[string]any {
+func W4A16Config(o W4A16Options, cal *Calibration, actDType dtype.DType, version string) map[string]any {
 	float := []string{"model.embed_tokens", "g_proj"}
 	if !o.QuantHead {
 		float = append(float, "lm_head")
 	}
-	return map[string]any{
+	qc := map[string]any{
 		"quant_method":           "cpu_int4",
 		"format_version":         1,
 		"bits":                   4,
@@ -105,6 +107,10 @@ func W4A16Config(o W4A16Options, actDType dtype.DType, version string) map[strin
 			"method":    o.W4A16Chooser().Method(),
 		},
 	}
+	if cal != nil {
+		calMeta(qc["meta"].(map[string]any), cal)
+	}
+	return qc
 }
 
 func torchDTypeName(d dtype.DType) string {
@@ -179,10 +185,17 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	j.Report.Method = chooser.Method()
 	j.Report.Settings = map[string]any{"group_size": o.Group, "pack": o.pack(), "search": !o.NoSearch, "quant_head": o.QuantHead, "scales_dtype": string(act)}
 	sdt := scaleDType(act)
+	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridAsym4, Group: o.Group, DType: sdt, Search: !o.NoSearch, Targets: Int4Targets(cfg, o.QuantHead)})
+	if err != nil {
+		return nil, err
+	}
+	if sol != nil {
+		chooser = sol
+	}
 	tensors, src := j.Int4Model(o.QuantHead, func(t Int4Target) Int4Spec {
 		return Int4Spec{Target: t, Group: o.Group, ScaleDType: sdt, Chooser: chooser, Grid: GridAsym4, Parts: W4A16Parts(t, o.Group, sdt, o.pack())}
 	})
-	set := map[string]any{"quantization_config": W4A16Config(o, act, o.Version)}
+	set := map[string]any{"quantization_config": W4A16Config(o, j.Report.Calibration, act, o.Version)}
 	if o.QuantHead {
 		set["tie_word_embeddings"] = false
 	}

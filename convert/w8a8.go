@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"sparkconv/dtype"
@@ -46,16 +47,40 @@ func W8A8Config() map[string]any {
 	}
 }
 
+// W8A8Options configure a W8A8 conversion.
+type W8A8Options struct {
+	Options
+	// Solver, if set, chooses every code before writing (calibrated GPTQ);
+	// nil rounds to nearest.
+	Solver Solver
+}
+
+// W8A8Targets are the linears W8A8 quantizes (the head never: vLLM's
+// compressed-tensors scheme ignores lm_head).
+func W8A8Targets(cfg *spark.Config) []Int4Target { return Int4Targets(cfg, false) }
+
 // W8A8 converts a Spark checkpoint to compressed-tensors W8A8: the 5
 // linears of every layer become int8 `weight` [N,K] plus `weight_scale`
-// [N,1] in the input dtype; everything else is copied bit for bit.
-func W8A8(ctx context.Context, opt Options) (*Report, error) {
-	j, err := Start(ctx, opt, "w8a8")
+// [N,1] in the input dtype; everything else is copied bit for bit (or, when
+// the solver changed them, e.g. SmoothQuant's folded norms, written as the
+// solver says).
+func W8A8(ctx context.Context, o W8A8Options) (*Report, error) {
+	j, err := Start(ctx, o.Options, "w8a8")
 	if err != nil {
 		return nil, err
 	}
 	defer j.Close()
 	j.Report.Method = "round-to-nearest, scale = amax/127.5"
+	var sol Solution
+	if o.Solver != nil {
+		act, err := j.ActivationDType()
+		if err != nil {
+			return nil, err
+		}
+		if sol, err = j.solve(o.Solver, SolveSpec{Grid: GridInt8, DType: scaleDType(act), Targets: W8A8Targets(j.Model.Config)}); err != nil {
+			return nil, err
+		}
+	}
 	var tensors []safetensors.Tensor
 	src := map[string]string{}
 	for _, s := range j.Model.Config.Tensors() {
@@ -65,7 +90,7 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 			j.Report.Totals.Copied++
 			continue
 		}
-		w, scale := j.w8a8Linear(s)
+		w, scale := j.w8a8Linear(s, sol)
 		tensors = append(tensors, w, scale)
 		src[w.Name], src[scale.Name] = s.Name, s.Name
 	}
@@ -88,10 +113,13 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 // computed (cheaply, from the row maxima) when the writer asks for it, and
 // again for the weight: the two are written far apart in the file and
 // holding every quantized weight between them would hold the model.
-func (j *Job) w8a8Linear(s spark.TensorSpec) (safetensors.Tensor, safetensors.Tensor) {
+func (j *Job) w8a8Linear(s spark.TensorSpec, sol Solution) (safetensors.Tensor, safetensors.Tensor) {
 	info, _ := j.Model.Info(s.Name)
 	n, k := int(s.Shape[0]), int(s.Shape[1])
 	mod := s.Module()
+	if sol != nil {
+		return j.w8a8Solved(s, sol)
+	}
 	weight := safetensors.Tensor{
 		Name: mod + ".weight", DType: "I8", Shape: s.Shape,
 		Produce: func() ([]byte, error) {
@@ -232,4 +260,55 @@ func (r w8a8Reader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, d
 
 func (w8a8Reader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {
 	releaseParts(ck, s.Module(), "weight", "weight_scale")
+}
+
+// w8a8Solved returns the int8 weight and scale tensors of a solved linear:
+// both are read back from the solution when the writer asks for them.
+func (j *Job) w8a8Solved(s spark.TensorSpec, sol Solution) (safetensors.Tensor, safetensors.Tensor) {
+	info, _ := j.Model.Info(s.Name)
+	n, k := int(s.Shape[0]), int(s.Shape[1])
+	t := Int4Target{Source: s.Name, Module: s.Module(), N: n, K: k}
+	dt := scaleDType(info.DType)
+	var mu sync.Mutex
+	reported := false
+	get := func() (*quant.Int8Result, error) {
+		if err := j.ctx.Err(); err != nil {
+			return nil, err
+		}
+		var res quant.Int8Result
+		if err := sol.ChooseInt8(&res, t); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !reported {
+			reported = true
+			j.AddTensor(TensorReport{Name: s.Name, Scheme: "int8 per-channel symmetric, " + sol.Method(), Shape: s.Shape,
+				SNRdB: res.Stats.SNRdB(), MaxErr: res.Stats.MaxAbs, GPTQ: sol.Module(t)})
+		}
+		return &res, nil
+	}
+	weight := safetensors.Tensor{
+		Name: t.Module + ".weight", DType: "I8", Shape: s.Shape,
+		Produce: func() ([]byte, error) {
+			res, err := get()
+			if err != nil {
+				return nil, err
+			}
+			return quant.Int8Bytes(res.Codes), nil
+		},
+	}
+	scale := safetensors.Tensor{
+		Name: t.Module + ".weight_scale", DType: info.DType, Shape: []int64{int64(n), 1},
+		Produce: func() ([]byte, error) {
+			res, err := get()
+			if err != nil {
+				return nil, err
+			}
+			out := make([]byte, n*dt.Size())
+			dt.PutParams(out, res.Scales)
+			return out, nil
+		},
+	}
+	return weight, scale
 }

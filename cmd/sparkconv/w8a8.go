@@ -25,7 +25,7 @@ input dtype; everything else is copied bit for bit.`,
 			if err := cf.gate.check(cmd); err != nil {
 				return err
 			}
-			r, err := convert.W8A8(cmd.Context(), opt)
+			r, err := convert.W8A8(cmd.Context(), convert.W8A8Options{Options: opt})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,159 @@
+package convert
+
+// Calibrated conversions: a Solver (package gptq) chooses the codes of the
+// whole model before the checkpoint is written, because its choice for a
+// layer depends on the quantized layers before it, while the writer asks
+// for tensors in file order (dtype, then name). What it did goes into the
+// config (Calibration) and the report (one ModuleReport per target).
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"sparkconv/dtype"
+	"sparkconv/quant"
+)
+
+// SolveSpec is what a Solver is asked for: the grid, its group size (0 for
+// per-channel int8), the parameter dtype and rule, and every target.
+type SolveSpec struct {
+	Grid    Grid
+	Group   int
+	DType   quant.ScaleDType
+	Search  bool
+	Targets []Int4Target
+}
+
+// Solver chooses the codes of every target. Solve runs once the model is
+// open and checked and the temporary output folder exists (scratch files go
+// there, see Job.Scratch), before any tensor is written.
+type Solver interface {
+	Solve(j *Job, s SolveSpec) (Solution, error)
+}
+
+// Solution serves the solved codes to the writers.
+type Solution interface {
+	CodeChooser // the 4-bit grids
+	// ChooseInt8 fills dst (Codes, Scales, Stats) for target t.
+	ChooseInt8(dst *quant.Int8Result, t Int4Target) error
+	// Calibration says what was done, for the config and the report.
+	Calibration() *Calibration
+	// Module is target t's entry in the report (nil if none).
+	Module(t Int4Target) *ModuleReport
+}
+
+// Calibration is what a calibrated conversion did, recorded in the
+// config's quantization_config (meta) and the report.
+type Calibration struct {
+	Method         string     `json:"method"`  // "gptq"
+	Sources        []string   `json:"sources"` // samples files, or "embedded corpus"
+	SHA256         string     `json:"sha256"`  // of the samples files' bytes, concatenated in order
+	Samples        int        `json:"samples"` // samples with at least one token used
+	Tokens         int64      `json:"tokens"`  // tokens run through the model
+	HessianTokens  int64      `json:"hessian_tokens"`
+	HeldOutTokens  int64      `json:"held_out_tokens"`
+	TokenBudget    int        `json:"token_budget"`
+	SeqLen         int        `json:"seq_len"`
+	DampPercent    float64    `json:"damp_percent"`
+	BlockSize      int        `json:"block_size"`
+	ActOrder       bool       `json:"act_order"`
+	StaticGroups   bool       `json:"static_groups"`
+	TrueSequential bool       `json:"true_sequential"`
+	Sequential     string     `json:"sequential"`
+	SmoothAlpha    float64    `json:"smoothquant_alpha,omitempty"`
+	Fallbacks      []Fallback `json:"fallbacks"`
+	ForwardS       float64    `json:"forward_s"`
+	SolveS         float64    `json:"solve_s"`
+	PeakRSSMB      float64    `json:"peak_rss_mb"`
+}
+
+// Fallback is a module that was not quantized by the GPTQ solve.
+type Fallback struct {
+	Module string `json:"module"`
+	Method string `json:"method"` // what it got instead
+	Reason string `json:"reason"`
+}
+
+// ModuleReport is one target's calibration record. The output errors are
+// ||X (W - Q)^T||^2 / ||X W^T||^2 over the held-out rows X (never in the
+// Hessian), for the chosen codes and for round to nearest on the same
+// weights and grid.
+type ModuleReport struct {
+	Method      string  `json:"method"` // "gptq" or "rtn"
+	Input       string  `json:"input"`  // the activation whose Hessian it used
+	DampPercent float64 `json:"damp_percent"`
+	DampTries   int     `json:"damp_tries"`
+	Tokens      int64   `json:"tokens"`
+	HeldOutRows int     `json:"held_out_rows"`
+	OutErr      float64 `json:"held_out_rel_err"`
+	OutErrRTN   float64 `json:"held_out_rel_err_rtn"`
+	SolveS      float64 `json:"solve_s"`
+	Fallback    string  `json:"fallback,omitempty"`
+}
+
+// Context is the job's context (cancelled on interrupt).
+func (j *Job) Context() context.Context { return j.ctx }
+
+// Scratch creates a file inside the temporary output folder that is
+// removed before the folder is committed (and with it on abort).
+func (j *Job) Scratch(name string) (*os.File, error) {
+	f, err := os.OpenFile(j.Dir.Join(name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("scratch file: %w", err)
+	}
+	j.scratch = append(j.scratch, f)
+	return f, nil
+}
+
+// removeScratch closes and deletes the scratch files.
+func (j *Job) removeScratch() error {
+	for _, f := range j.scratch {
+		f.Close()
+		if err := os.Remove(f.Name()); err != nil {
+			return err
+		}
+	}
+	j.scratch = nil
+	return nil
+}
+
+// WeightMatrix returns the named float tensor as a quant matrix [N, K]
+// (bf16 viewed without a copy, F16/F32 decoded).
+func (j *Job) WeightMatrix(name string, n, k int) (quant.Matrix, error) {
+	info, raw, err := j.Model.Raw(name)
+	if err != nil {
+		return quant.Matrix{}, err
+	}
+	if int(info.NumElements()) != n*k {
+		return quant.Matrix{}, fmt.Errorf("%s has %d values, want %d x %d", name, info.NumElements(), n, k)
+	}
+	return weightMatrix(raw, info.DType, n, k), nil
+}
+
+// ScaleDTypeOf maps a weight dtype to the dtype its scales are stored in.
+func ScaleDTypeOf(dt dtype.DType) quant.ScaleDType { return scaleDType(dt) }
+
+// solve runs s (if set) for the targets and records its calibration in the
+// report; it returns nil when s is nil.
+func (j *Job) solve(s Solver, spec SolveSpec) (Solution, error) {
+	if s == nil {
+		return nil, nil
+	}
+	sol, err := s.Solve(j, spec)
+	if err != nil {
+		return nil, err
+	}
+	j.solution = sol
+	j.Report.Calibration = sol.Calibration()
+	j.Report.Method = sol.Method()
+	return sol, nil
+}
+
+// moduleReport is the solution's entry for a target, if any.
+func (j *Job) moduleReport(t Int4Target) *ModuleReport {
+	if j.solution == nil {
+		return nil
+	}
+	return j.solution.Module(t)
+}
