@@ -64,7 +64,13 @@ func W8A8Targets(cfg *spark.Config) []Int4Target { return Int4Targets(cfg, false
 // [N,1] in the input dtype; everything else is copied bit for bit (or, when
 // the solver changed them, e.g. SmoothQuant's folded norms, written as the
 // solver says).
-func W8A8(ctx context.Context, o W8A8Options) (*Report, error) {
+func W8A8(ctx context.Context, opt Options) (*Report, error) {
+	return W8A8With(ctx, W8A8Options{Options: opt})
+}
+
+// W8A8With is W8A8 with a solver (calibrated GPTQ) or without (round to
+// nearest).
+func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 	j, err := Start(ctx, o.Options, "w8a8")
 	if err != nil {
 		return nil, err

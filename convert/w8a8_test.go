@@ -23,7 +23,7 @@ import (
 func TestW8A8Independent(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w8a8")
-	rep, err := W8A8(context.Background(), W8A8Options{Options: Options{Model: in, Out: out, MaxShardSize: 3 << 20}})
+	rep, err := W8A8(context.Background(), Options{Model: in, Out: out, MaxShardSize: 3 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestW8A8Cancelled(t *testing.T) {
 	parent := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := W8A8(ctx, W8A8Options{Options: Options{Model: in, Out: filepath.Join(parent, "o")}})
+	_, err := W8A8(ctx, Options{Model: in, Out: filepath.Join(parent, "o")})
 	if err == nil {
 		t.Fatal("cancelled conversion succeeded")
 	}
@@ -172,7 +172,7 @@ func TestW8A8OtherDTypes(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			retype(t, in, dt)
 			out := filepath.Join(t.TempDir(), "o")
-			rep, err := W8A8(context.Background(), W8A8Options{Options: Options{Model: in, Out: out}})
+			rep, err := W8A8(context.Background(), Options{Model: in, Out: out})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,10 +16,11 @@ import (
 // the row is updated once per block with a GEMM.
 const BlockSize = 128
 
-// panelBytes bounds the float64 working copy of W: rows are solved a panel
+// panelBytes bounds the float64 working copy of W (a variable for the
+// tests): rows are solved a panel
 // at a time (they are independent given the factor), so the 131072-row head
 // never needs a 2 GB copy.
-const panelBytes = 64 << 20
+var panelBytes = 64 << 20
 
 // Result is a solved matrix: one code per weight (int8 codes as their
 // two's-complement byte) and the parameters of every group.

@@ -302,6 +302,8 @@ func countDiff[T comparable](a, b []T) int {
 // TestSolvePanels: a matrix solved over several row panels gives the same
 // result as in one.
 func TestSolvePanels(t *testing.T) {
+	defer func(b int) { panelBytes = b }(panelBytes)
+	panelBytes = 8 * 128 * 100 // 100 rows a panel
 	k := 128
 	n := panelBytes/(8*k) + 37
 	w, x := calibData(n, k, 400, 3)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
+	"sparkconv/gptq"
 )
 
 // convertFlags are the flags every checkpoint-writing command shares.
@@ -76,4 +77,45 @@ func printReport(cmd *cobra.Command, r *convert.Report, out string) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: wrote %s (%d quantized, %d copied tensors); weight SNR min %.2f / mean %.2f / max %.2f dB, max abs err %.3g; %.1fs, peak RSS %.0f MB\n",
 		r.Scheme, out, t.Quantized, t.Copied, t.MinSNRdB, t.MeanSNRdB, t.MaxSNRdB, t.MaxErr, r.Timing.TotalS, r.PeakRSSMB)
 	return nil
+}
+
+// calibFlags are the calibration flags of gptq, w4a16 and w8a8.
+type calibFlags struct {
+	c   gptq.Calibrator
+	rtn bool
+}
+
+func (c *calibFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringArrayVar(&c.c.Files, "samples", nil, "calibration samples file (text with --- separators, or .jsonl); repeatable (default: the embedded corpus)")
+	f.IntVar(&c.c.Budget, "tokens", gptq.DefaultBudget, "calibration token budget: tokens run through the model, drawn round-robin over the samples")
+	f.IntVar(&c.c.SeqLen, "seq-len", gptq.DefaultSeqLen, "longest calibration chunk in tokens; longer samples are cut into several chunks")
+	f.Float64Var(&c.c.Damp, "damp", gptq.DefaultDamp, "GPTQ damping, a fraction of the Hessian's mean diagonal, in (0, 1]")
+	f.BoolVar(&c.c.ActOrder, "act-order", false, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g)")
+	f.BoolVar(&c.rtn, "rtn", false, "round to nearest without calibration (the previous behaviour)")
+}
+
+// solver validates the calibration flags and returns the solver (nil with
+// --rtn).
+func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
+	f := cmd.Flags()
+	if c.rtn {
+		for _, name := range []string{"samples", "tokens", "seq-len", "damp", "act-order"} {
+			if f.Changed(name) {
+				return nil, usagef("--%s calibrates; it cannot be combined with --rtn", name)
+			}
+		}
+		return nil, nil
+	}
+	switch {
+	case !(c.c.Damp > 0 && c.c.Damp <= 1):
+		return nil, usagef("--damp %g: want a fraction in (0, 1] of the mean Hessian diagonal (default %g)", c.c.Damp, gptq.DefaultDamp)
+	case c.c.Budget < gptq.MinTokens:
+		return nil, usagef("--tokens %d: want at least %d", c.c.Budget, gptq.MinTokens)
+	case c.c.SeqLen < 1:
+		return nil, usagef("--seq-len %d: want at least 1", c.c.SeqLen)
+	}
+	c.c.Log = cmd.ErrOrStderr()
+	c.c.Quiet = jsonOut
+	return &c.c, nil
 }

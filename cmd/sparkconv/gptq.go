@@ -8,9 +8,10 @@ import (
 
 func init() {
 	var cf convertFlags
+	var kf calibFlags
 	var o convert.GPTQOptions
 	cmd := &cobra.Command{
-		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--no-search]",
+		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn] [--no-search]",
 		Short: "Write a GPTQ-format 4-bit checkpoint (W4A8 on vLLM's CPU int4_scaled_mm_cpu kernel)",
 		Long: `Quantizes the 5 linears of every layer to 4 bits on GPTQ's symmetric grid
 (w = (q - 8) * scale, one fp16 scale per group of --group input channels) and
@@ -18,16 +19,26 @@ writes them as GPTQ v1 tensors (qweight, qzeros = 0x77777777, scales, g_idx)
 with quant_method "gptq", sym true, desc_act false: what vLLM's CPU path loads
 and runs with int8 dynamic activations (W4A8) on AMX CPUs with bf16 models.
 
-Codes are rounded to nearest with a per-group scale chosen by an MSE search
-over shrunk ranges (--no-search: plain absmax); no Hessian/calibration step.
-g_proj, the embeddings and the norms stay in the input dtype. --quant-head
+Group scales come from an MSE search over shrunk ranges (--no-search: plain
+absmax). g_proj, the embeddings and the norms stay in the input dtype. --quant-head
 also quantizes the output head (untied from the embedding, which stays for
 the lookup): on CPU the bf16 head costs more per decode step than all the
 4-bit layers save.
 
 The model is checked first: vLLM's CPU path needs K and N multiples of 32 and
-a group size that divides K; nothing is written for a model it cannot load.`,
-		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --quant-head",
+a group size that divides K; nothing is written for a model it cannot load.
+
+Calibration (default): real GPTQ. The model runs layer by layer on --tokens
+calibration tokens (default 8192, from the corpus built into the binary, or
+--samples FILE, repeatable, in calibrate's formats); each layer's input comes
+from the already-quantized layers before it. One Hessian per distinct linear
+input, --damp of its mean diagonal added (default 0.01; more when it is not
+positive definite); the blocked GPTQ solve picks the codes, group parameters
+taken at each group boundary from the error-updated weights. A module whose
+Hessian never factors, or whose GPTQ output error on held-out tokens is
+above round to nearest's, is rounded to nearest instead, named on stderr and
+in the report. --rtn skips calibration (round to nearest only).`,
+		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opt, err := cf.options()
@@ -40,6 +51,9 @@ a group size that divides K; nothing is written for a model it cannot load.`,
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)
+			}
+			if o.Solver, err = kf.solver(cmd); err != nil {
+				return err
 			}
 			r, err := convert.GPTQ(cmd.Context(), o)
 			if err != nil {
@@ -56,6 +70,7 @@ a group size that divides K; nothing is written for a model it cannot load.`,
 		},
 	}
 	cf.register(cmd)
+	kf.register(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")

@@ -97,7 +97,7 @@ func TestFixtureAndW8A8Deterministic(t *testing.T) {
 	equalTrees(t, tree(t, m1), tree(t, m2))
 
 	o1, o2 := filepath.Join(dir, "o1"), filepath.Join(dir, "o2")
-	out := mustRun(t, "--json", "w8a8", "--model", m1, "--out", o1, "--max-shard-size", "2MB")
+	out := mustRun(t, "--json", "w8a8", "--model", m1, "--out", o1, "--max-shard-size", "2MB", "--tokens", "1024")
 	var rep struct {
 		Files  []string `json:"files"`
 		Totals struct {
@@ -111,7 +111,7 @@ func TestFixtureAndW8A8Deterministic(t *testing.T) {
 	if rep.Totals.Quantized != 20 || rep.Totals.MinSNR < 20 || len(rep.Files) < 3 {
 		t.Errorf("report: %+v", rep)
 	}
-	mustRun(t, "w8a8", "--model", m1, "--out", o2, "--max-shard-size", "2MB")
+	mustRun(t, "w8a8", "--model", m1, "--out", o2, "--max-shard-size", "2MB", "--tokens", "1024")
 	equalTrees(t, tree(t, o1), tree(t, o2))
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -10,9 +11,10 @@ import (
 
 func init() {
 	var cf convertFlags
+	var kf calibFlags
 	var o convert.W4A16Options
 	cmd := &cobra.Command{
-		Use:   "w4a16 --model DIR --out DIR [--group 128] [--quant-head] [--pack portable|avx512|avx2] [--no-search]",
+		Use:   "w4a16 --model DIR --out DIR [--group 128] [--quant-head] [--pack portable|avx512|avx2] [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn] [--no-search]",
 		Short: "Write a cpu_int4 4-bit checkpoint for torch's CPU tinygemm kernel (W4A16, bf16 activations)",
 		Long: `Quantizes the 5 linears of every layer to 4 bits on tinygemm's asymmetric grid
 (w = (q - 8) * scale + zero, scale and float zero per group of --group input
@@ -28,7 +30,18 @@ the low nibble), which every CPU can use after _convert_weight_to_int4pack_for_c
 
 Parameters come from an MSE search over shrunk ranges (--no-search: plain
 min/max). g_proj, the embeddings and the norms stay in the input dtype.
---quant-head also quantizes the output head (untied from the embedding).`,
+--quant-head also quantizes the output head (untied from the embedding).
+
+Calibration (default): real GPTQ. The model runs layer by layer on --tokens
+calibration tokens (default 8192, from the corpus built into the binary, or
+--samples FILE, repeatable, in calibrate's formats); each layer's input comes
+from the already-quantized layers before it. One Hessian per distinct linear
+input, --damp of its mean diagonal added (default 0.01; more when it is not
+positive definite); the blocked GPTQ solve picks the codes, group parameters
+taken at each group boundary from the error-updated weights. A module whose
+Hessian never factors, or whose GPTQ output error on held-out tokens is
+above round to nearest's, is rounded to nearest instead, named on stderr and
+in the report. --rtn skips calibration (round to nearest only).`,
 		Example: "  sparkconv w4a16 --model /tmp/spark-tiny --out /tmp/spark-tiny-w4a16 --quant-head",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,6 +55,9 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)
+			}
+			if o.Solver, err = kf.solver(cmd); err != nil {
+				return err
 			}
 			r, err := convert.W4A16(cmd.Context(), o)
 			if err != nil {
@@ -58,6 +74,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		},
 	}
 	cf.register(cmd)
+	kf.register(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64, 128 or 256")
 	f.StringVar(&o.Pack, "pack", "portable", "qweight layout: portable, avx512 or avx2")
@@ -89,7 +106,56 @@ func finish4bit(cmd *cobra.Command, r *convert.Report, quantHead bool, out strin
 		return err
 	}
 	t := r.Totals
+	if r.Calibration != nil {
+		printHeldOut(cmd, r)
+		return nil
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: mean weight SNR %.2f dB with %s, %.2f dB with plain round-to-nearest (%+.2f dB)\n",
 		r.Scheme, t.MeanSNRdB, r.Method, t.PlainMeanSNRdB, t.MeanSNRdB-t.PlainMeanSNRdB)
 	return nil
+}
+
+// printHeldOut prints the held-out output error of a calibrated run per
+// module type: GPTQ's codes against round to nearest's on the same weights.
+func printHeldOut(cmd *cobra.Command, r *convert.Report) {
+	type sum struct {
+		n        int
+		gptq, rn float64
+	}
+	by := map[string]*sum{}
+	var order []string
+	for _, t := range r.Tensors {
+		if t.GPTQ == nil {
+			continue
+		}
+		kind := moduleKind(t.Name)
+		if by[kind] == nil {
+			by[kind] = &sum{}
+			order = append(order, kind)
+		}
+		s := by[kind]
+		s.n++
+		s.gptq += t.GPTQ.OutErr
+		s.rn += t.GPTQ.OutErrRTN
+	}
+	c := r.Calibration
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: GPTQ on %d calibration tokens (%d in the Hessians), damp %g, %d fallbacks; held-out relative output error, mean per module:\n",
+		r.Scheme, c.Tokens, c.HessianTokens, c.DampPercent, len(c.Fallbacks))
+	for _, k := range order {
+		s := by[k]
+		fmt.Fprintf(cmd.OutOrStdout(), "  %-12s x%-3d GPTQ %.4g  round-to-nearest %.4g  (%.2fx lower)\n", k, s.n, s.gptq/float64(s.n), s.rn/float64(s.n), s.rn/s.gptq)
+	}
+}
+
+// moduleKind is the module type of a tensor name: q_k_v_proj, down_proj,
+// lm_head...
+func moduleKind(name string) string {
+	name = strings.TrimSuffix(name, ".weight")
+	if i := strings.LastIndex(name, "."); i >= 0 {
+		name = name[i+1:]
+	}
+	if name == "embed_tokens" {
+		return "lm_head"
+	}
+	return name
 }

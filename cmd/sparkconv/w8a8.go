@@ -8,13 +8,26 @@ import (
 
 func init() {
 	var cf convertFlags
+	var kf calibFlags
 	cmd := &cobra.Command{
-		Use:   "w8a8 --model DIR --out DIR",
+		Use:   "w8a8 --model DIR --out DIR [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn]",
 		Short: "Write a compressed-tensors W8A8 int8 checkpoint (per-channel weights) for vLLM",
 		Long: `Quantizes the 5 linears of every layer to int8, symmetric per output channel
-(scale = amax/127.5, round to nearest), with int8 per-token dynamic activations
+(scale = amax/127.5), with int8 per-token dynamic activations
 declared for vLLM's CompressedTensorsW8A8Int8. g_proj and lm_head stay in the
-input dtype; everything else is copied bit for bit.`,
+input dtype; everything else is copied bit for bit. Scales are amax/127.5 of
+the original weights per channel; the codes come from GPTQ.
+
+Calibration (default): real GPTQ. The model runs layer by layer on --tokens
+calibration tokens (default 8192, from the corpus built into the binary, or
+--samples FILE, repeatable, in calibrate's formats); each layer's input comes
+from the already-quantized layers before it. One Hessian per distinct linear
+input, --damp of its mean diagonal added (default 0.01; more when it is not
+positive definite); the blocked GPTQ solve picks the codes, group parameters
+taken at each group boundary from the error-updated weights. A module whose
+Hessian never factors, or whose GPTQ output error on held-out tokens is
+above round to nearest's, is rounded to nearest instead, named on stderr and
+in the report. --rtn skips calibration (round to nearest only).`,
 		Example: "  sparkconv w8a8 --model /tmp/spark-tiny --out /tmp/spark-tiny-w8a8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -25,7 +38,11 @@ input dtype; everything else is copied bit for bit.`,
 			if err := cf.gate.check(cmd); err != nil {
 				return err
 			}
-			r, err := convert.W8A8(cmd.Context(), convert.W8A8Options{Options: opt})
+			solver, err := kf.solver(cmd)
+			if err != nil {
+				return err
+			}
+			r, err := convert.W8A8With(cmd.Context(), convert.W8A8Options{Options: opt, Solver: solver})
 			if err != nil {
 				return err
 			}
@@ -36,9 +53,13 @@ input dtype; everything else is copied bit for bit.`,
 			if err := printReport(cmd, r, opt.Out); err != nil {
 				return err
 			}
+			if !jsonOut && r.Calibration != nil {
+				printHeldOut(cmd, r)
+			}
 			return verdict
 		},
 	}
 	cf.register(cmd)
+	kf.register(cmd)
 	rootCmd.AddCommand(cmd)
 }

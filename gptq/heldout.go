@@ -1,0 +1,103 @@
+package gptq
+
+import (
+	"fmt"
+	"math"
+
+	"sparkconv/convert"
+	"sparkconv/kernels"
+	"sparkconv/quant"
+)
+
+// RoundToNearest quantizes m on g without a Hessian: every group's
+// parameters from its own weights (the same rule the solve fits), every
+// code the nearest. It is the baseline of the report and the fallback.
+func RoundToNearest(dst *Result, m quant.Matrix, g Grid) error {
+	n, k := m.N, m.K
+	gs := g.group(k)
+	if gs <= 0 || k%gs != 0 {
+		return fmt.Errorf("gptq: group size %d does not divide K=%d", gs, k)
+	}
+	dst.size(n, k, gs, g.Kind == convert.GridAsym4)
+	stats := make([]quant.ErrStats, n)
+	kernels.Parallel(n, func(lo, hi int) {
+		buf, deq := make([]float32, k), make([]float32, k)
+		for r := lo; r < hi; r++ {
+			row := matrixRow(m, r, buf)
+			for gi := range k / gs {
+				seg := row[gi*gs : (gi+1)*gs]
+				p := g.fit(seg)
+				i := r*(k/gs) + gi
+				dst.Scales[i] = p.scale
+				if dst.Zeros != nil {
+					dst.Zeros[i] = p.zero
+				}
+				for j, w := range seg {
+					dst.Codes[r*k+gi*gs+j], deq[gi*gs+j] = g.code(p, w)
+				}
+			}
+			stats[r] = quant.Compare(row, deq)
+		}
+	})
+	for _, s := range stats {
+		dst.Stats.Merge(s)
+	}
+	return nil
+}
+
+// heldOutRowsBlock is how many weight rows heldOutErr widens at a time.
+const heldOutRowsBlock = 1024
+
+// heldOutErr is, for each result, ||X (W - Q)^T||^2 / ||X W^T||^2 over the
+// rows X [t, K]: the output error relative to the output's energy, on rows
+// the Hessian never saw. It works through blocks of W's rows, so the head
+// needs no full float32 copy. NaN when there are no rows.
+func heldOutErr(x []float32, t int, m quant.Matrix, g Grid, results ...*Result) []float64 {
+	out := make([]float64, len(results))
+	if t == 0 {
+		for i := range out {
+			out[i] = math.NaN()
+		}
+		return out
+	}
+	k := m.K
+	nb := min(m.N, heldOutRowsBlock)
+	w, d, y := make([]float32, nb*k), make([]float32, nb*k), make([]float32, t*nb)
+	var base float64
+	errs := make([]float64, len(results))
+	for n0 := 0; n0 < m.N; n0 += nb {
+		rows := min(nb, m.N-n0)
+		kernels.Parallel(rows, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				copy(w[r*k:(r+1)*k], matrixRow(m, n0+r, w[r*k:(r+1)*k]))
+			}
+		})
+		kernels.Sgemm(false, true, t, rows, k, 1, x, k, w, k, 0, y, rows)
+		base += sumSq(y[:t*rows])
+		for i, res := range results {
+			kernels.Parallel(rows, func(lo, hi int) {
+				for r := lo; r < hi; r++ {
+					dr := d[r*k : (r+1)*k]
+					res.Dequantize(g, n0+r, dr)
+					for c, v := range w[r*k : (r+1)*k] {
+						dr[c] = v - dr[c]
+					}
+				}
+			})
+			kernels.Sgemm(false, true, t, rows, k, 1, x, k, d, k, 0, y, rows)
+			errs[i] += sumSq(y[:t*rows])
+		}
+	}
+	for i := range out {
+		out[i] = errs[i] / base
+	}
+	return out
+}
+
+func sumSq(v []float32) float64 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	return s
+}

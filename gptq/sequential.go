@@ -1,0 +1,355 @@
+package gptq
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"sparkconv/calib"
+	"sparkconv/convert"
+	"sparkconv/forward"
+	"sparkconv/progress"
+	"sparkconv/quant"
+	"sparkconv/spark"
+	"sparkconv/tokenizer"
+)
+
+// Calibrator is the calibrated GPTQ of a conversion: a convert.Solver for
+// the gptq, w4a16 and w8a8 writers.
+type Calibrator struct {
+	Files    []string  // samples files (calibrate's formats); none: the embedded corpus
+	Budget   int       // calibration tokens (DefaultBudget when 0)
+	SeqLen   int       // longest chunk in tokens (DefaultSeqLen when 0)
+	Damp     float64   // damping fraction of the mean diagonal (DefaultDamp when 0)
+	ActOrder bool      // static act-order
+	Log      io.Writer // warnings and fallbacks; nil: none
+	Quiet    bool      // no progress bar
+}
+
+func (c *Calibrator) defaults() {
+	if c.Budget <= 0 {
+		c.Budget = DefaultBudget
+	}
+	if c.SeqLen <= 0 {
+		c.SeqLen = DefaultSeqLen
+	}
+	if c.Damp <= 0 {
+		c.Damp = DefaultDamp
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+}
+
+// layerModule is one quantized linear of a layer and the input it reads.
+type layerModule struct {
+	name  string // spark module name
+	input forward.Point
+}
+
+// layerModules lists the quantized linears in the order they are solved,
+// each with its input (q_k_v_proj's Hessian also belongs to g_proj, which
+// stays float; gate_proj and up_proj share one).
+var layerModules = []layerModule{
+	{spark.QKV, forward.AttnNorm},
+	{spark.OProj, forward.AttnGated},
+	{spark.MLPGate, forward.MLPNorm},
+	{spark.MLPUp, forward.MLPNorm},
+	{spark.MLPDown, forward.MLPAct},
+}
+
+// weights returns the float32 weights of module name in layer l.
+func weights(l *forward.Layer, name string) *[]float32 {
+	switch name {
+	case spark.QKV:
+		return &l.QKV
+	case spark.OProj:
+		return &l.O
+	case spark.MLPGate:
+		return &l.Gate
+	case spark.MLPUp:
+		return &l.Up
+	}
+	return &l.Down
+}
+
+// run is one calibration in progress.
+type run struct {
+	c       *Calibrator
+	j       *convert.Job
+	spec    convert.SolveSpec
+	grid    Grid
+	fm      *forward.Model
+	chunks  []calib.Chunk
+	xs      [][]float32 // residual stream of every chunk, quantized layers so far
+	targets map[string]convert.Int4Target
+	hess    map[forward.Point]*Hessian
+	f       Factor
+	st      *store
+	cal     *convert.Calibration
+	bar     *progress.Bar
+	fwd     time.Duration
+	solve   time.Duration
+}
+
+// Solve calibrates and solves every target of spec, layer by layer.
+func (c *Calibrator) Solve(j *convert.Job, spec convert.SolveSpec) (convert.Solution, error) {
+	c.defaults()
+	r := &run{c: c, j: j, spec: spec, targets: map[string]convert.Int4Target{},
+		grid: Grid{Kind: spec.Grid, Group: spec.Group, DType: spec.DType, Search: spec.Search}}
+	for _, t := range spec.Targets {
+		r.targets[t.Source] = t
+	}
+	if err := r.prepare(); err != nil {
+		return nil, err
+	}
+	f, err := j.Scratch(".sparkconv-gptq-codes")
+	if err != nil {
+		return nil, err
+	}
+	r.st = newStore(f)
+	r.st.cal = r.cal
+	if err := r.layers(); err != nil {
+		return nil, err
+	}
+	h := r.hess[forward.AttnNorm]
+	r.cal.HessianTokens, r.cal.HeldOutTokens = h.Tokens, int64(h.HeldRows())
+	if err := r.head(); err != nil {
+		return nil, err
+	}
+	r.bar.Done(true)
+	r.cal.ForwardS, r.cal.SolveS, r.cal.PeakRSSMB = r.fwd.Seconds(), r.solve.Seconds(), convert.PeakRSSMB()
+	fmt.Fprintf(c.Log, "sparkconv: gptq: calibrated on %d tokens of %d samples (%s): forward %.1fs, solve %.1fs, %d fallbacks\n",
+		r.cal.Tokens, r.cal.Samples, r.cal.Sources[0], r.cal.ForwardS, r.cal.SolveS, len(r.cal.Fallbacks))
+	return r.st, nil
+}
+
+// prepare reads and tokenizes the calibration text and embeds it.
+func (r *run) prepare() error {
+	c, cfg := r.c, r.j.Model.Config
+	texts, sources, sum, err := readTexts(c.Files)
+	if err != nil {
+		return err
+	}
+	tokPath := filepath.Join(r.j.Opt.Model, "tokenizer.json")
+	tok, err := tokenizer.Load(tokPath)
+	if err != nil {
+		return fmt.Errorf("calibration needs the model's tokenizer (or --rtn for round to nearest): %w", err)
+	}
+	all, _, err := calib.Tokenize(tok, texts, c.SeqLen, cfg.VocabSize)
+	if err != nil {
+		return err
+	}
+	r.chunks = selectChunks(all, c.Budget, c.SeqLen)
+	warn, err := checkTokens(r.chunks, unkID(tokPath, tok), cfg.VocabSize)
+	if err != nil {
+		return err
+	}
+	if warn != "" {
+		fmt.Fprintln(c.Log, "sparkconv: warning:", warn)
+	}
+	samples := map[int]bool{}
+	var tokens int64
+	for _, ch := range r.chunks {
+		samples[ch.Sample] = true
+		tokens += int64(len(ch.IDs))
+	}
+	r.cal = &convert.Calibration{Method: "gptq", Sources: sources, SHA256: sum, Samples: len(samples), Tokens: tokens,
+		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
+		StaticGroups: c.ActOrder, Sequential: "layer: each layer's inputs come from the quantized layers before it", Fallbacks: []convert.Fallback{}}
+	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1}); err != nil {
+		return err
+	}
+	r.xs = make([][]float32, len(r.chunks))
+	for k, ch := range r.chunks {
+		if r.xs[k], err = r.fm.Embed(ch.IDs); err != nil {
+			return err
+		}
+	}
+	H, I, QD := cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()
+	r.hess = map[forward.Point]*Hessian{forward.AttnNorm: NewHessian(H), forward.AttnGated: NewHessian(QD),
+		forward.MLPNorm: NewHessian(H), forward.MLPAct: NewHessian(I)}
+	steps := int64(2 * cfg.NumLayers * len(r.chunks))
+	if r.headTarget() != nil {
+		steps += int64(len(r.chunks))
+	}
+	if !c.Quiet {
+		r.bar = progress.New(steps, "gptq", false)
+	}
+	return nil
+}
+
+// Observe accumulates the four linear inputs of the layer being calibrated.
+func (r *run) Observe(_ int, p forward.Point, data []float32, cols int) {
+	if h, ok := r.hess[p]; ok {
+		h.Add(data, len(data)/cols)
+	}
+}
+
+// layers calibrates, solves and propagates every layer in turn.
+func (r *run) layers() error {
+	cfg := r.j.Model.Config
+	var tmp []float32
+	for i := range cfg.NumLayers {
+		r.bar.Describe(fmt.Sprintf("gptq layer %d/%d", i+1, cfg.NumLayers))
+		for _, h := range r.hess {
+			h.Reset()
+		}
+		t0 := time.Now()
+		for k, ch := range r.chunks {
+			if err := r.j.Context().Err(); err != nil {
+				return err
+			}
+			tmp = append(tmp[:0], r.xs[k]...)
+			if _, _, err := r.fm.ForwardLayer(i, tmp, len(ch.IDs), r); err != nil {
+				return err
+			}
+			r.bar.Add(1)
+		}
+		r.fwd += time.Since(t0)
+		l, err := r.fm.Layer(i) // cached: the weights the pass used
+		if err != nil {
+			return err
+		}
+		if err := r.solveLayer(i, l); err != nil {
+			return err
+		}
+		t0 = time.Now()
+		for k, ch := range r.chunks {
+			if err := r.j.Context().Err(); err != nil {
+				return err
+			}
+			if _, _, err := r.fm.ForwardLayer(i, r.xs[k], len(ch.IDs), nil); err != nil {
+				return err
+			}
+			r.bar.Add(1)
+		}
+		r.fwd += time.Since(t0)
+		debug.FreeOSMemory()
+	}
+	return nil
+}
+
+// solveLayer factors each distinct input's Hessian once and solves the
+// layer's targets, replacing their float32 weights by the dequantized
+// codes for the propagation pass.
+func (r *run) solveLayer(i int, l *forward.Layer) error {
+	var factored forward.Point = -1
+	var ferr error
+	for _, lm := range layerModules {
+		src := spark.LayerWeight(i, lm.name)
+		t, ok := r.targets[src]
+		if !ok {
+			continue
+		}
+		h := r.hess[lm.input]
+		t0 := time.Now()
+		if factored != lm.input {
+			h.Finish()
+			ferr = Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
+			factored = lm.input
+		}
+		w := weights(l, lm.name)
+		m := quant.F32Matrix(t.N, t.K, *w)
+		res, err := r.module(t, m, h, ferr, lm.input.String(), t0)
+		if err != nil {
+			return err
+		}
+		for n := range t.N {
+			res.Dequantize(r.grid, n, (*w)[n*t.K:(n+1)*t.K])
+		}
+	}
+	return nil
+}
+
+// headTarget is the quantized head, if any.
+func (r *run) headTarget() *convert.Int4Target {
+	for _, t := range r.spec.Targets {
+		if t.Module == "lm_head" {
+			return &t
+		}
+	}
+	return nil
+}
+
+// head solves the quantized head on the final norm's output.
+func (r *run) head() error {
+	t := r.headTarget()
+	if t == nil {
+		r.xs = nil
+		return nil
+	}
+	r.bar.Describe("gptq head")
+	h := NewHessian(t.K)
+	t0 := time.Now()
+	for k, ch := range r.chunks {
+		if err := r.j.Context().Err(); err != nil {
+			return err
+		}
+		h.Add(r.fm.FinalNorm(r.xs[k]), len(ch.IDs))
+		r.xs[k] = nil
+		r.bar.Add(1)
+	}
+	r.fwd += time.Since(t0)
+	r.hess = nil
+	t0 = time.Now()
+	h.Finish()
+	ferr := Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
+	m, err := r.j.WeightMatrix(t.Source, t.N, t.K)
+	if err != nil {
+		return err
+	}
+	_, err = r.module(*t, m, h, ferr, forward.FinalNorm.String(), t0)
+	return err
+}
+
+// module solves one target (or rounds it to nearest when its Hessian did
+// not factor, or when GPTQ's held-out error is above round to nearest's),
+// measures both on the held-out rows and stores the result.
+func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr error, input string, t0 time.Time) (*Result, error) {
+	rep := &convert.ModuleReport{Method: "gptq", Input: input, Tokens: h.Tokens, HeldOutRows: h.HeldRows()}
+	res := &Result{}
+	if ferr == nil {
+		rep.DampPercent, rep.DampTries = r.f.Damp, r.f.Tries
+		if err := Solve(res, m, &r.f, r.grid); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.Source, err)
+		}
+	}
+	rtn := &Result{}
+	if err := RoundToNearest(rtn, m, r.grid); err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Source, err)
+	}
+	var errs []float64
+	if ferr == nil {
+		errs = heldOutErr(h.Held, h.HeldRows(), m, r.grid, res, rtn)
+		rep.OutErr, rep.OutErrRTN = errs[0], errs[1]
+	} else {
+		errs = heldOutErr(h.Held, h.HeldRows(), m, r.grid, rtn)
+		rep.OutErr, rep.OutErrRTN = errs[0], errs[0]
+	}
+	switch {
+	case ferr != nil:
+		r.fallback(t, rep, fmt.Sprintf("%v (damping tried up to the mean diagonal)", ferr))
+		res = rtn
+	case rep.OutErr > rep.OutErrRTN:
+		r.fallback(t, rep, fmt.Sprintf("GPTQ's held-out output error %.4g is above round to nearest's %.4g", rep.OutErr, rep.OutErrRTN))
+		rep.OutErr = rep.OutErrRTN
+		res = rtn
+	}
+	rep.SolveS = time.Since(t0).Seconds()
+	r.solve += time.Since(t0)
+	if err := r.st.put(t.Source, res, rep); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// fallback records a module rounded to nearest instead, on stderr and in
+// the report.
+func (r *run) fallback(t convert.Int4Target, rep *convert.ModuleReport, why string) {
+	rep.Method, rep.Fallback = "rtn", why
+	r.cal.Fallbacks = append(r.cal.Fallbacks, convert.Fallback{Module: t.Module, Method: "rtn", Reason: why})
+	fmt.Fprintf(r.c.Log, "sparkconv: warning: %s rounded to nearest instead of GPTQ: %s\n", t.Module, why)
+}

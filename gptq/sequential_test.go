@@ -1,0 +1,282 @@
+package gptq
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sparkconv/calib"
+	"sparkconv/convert"
+	"sparkconv/fixtures"
+	"sparkconv/fixtures/fixturestest"
+	"sparkconv/safetensors"
+	"sparkconv/spark"
+)
+
+// testBudget keeps the tiny fixture's calibration near a second while
+// giving every Hessian more rows than channels (down_proj: K = 768).
+const testBudget = 1024
+
+func runGPTQ(t *testing.T, in, out string, c *Calibrator, quantHead bool) *convert.Report {
+	t.Helper()
+	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: out, Quiet: true, Version: "test"}, Group: 64, QuantHead: quantHead, Solver: c}
+	r, err := convert.GPTQ(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func readJSON(t *testing.T, path string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestCalibratedGPTQ: a calibrated gptq run on the tied tiny model writes
+// a config that says what happened, reports every module (the tied head
+// as lm_head, from the final norm), and GPTQ beats round to nearest on
+// held-out tokens for every module.
+func TestCalibratedGPTQ(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	out := filepath.Join(t.TempDir(), "q")
+	rep := runGPTQ(t, in, out, &Calibrator{Budget: testBudget}, true)
+	qc := readJSON(t, filepath.Join(out, "config.json"))["quantization_config"].(map[string]any)
+	sum := sha256.Sum256([]byte(fixtures.Corpus))
+	want := map[string]any{"damp_percent": 0.01, "true_sequential": false, "static_groups": false, "desc_act": false}
+	for k, v := range want {
+		if qc[k] != v {
+			t.Errorf("quantization_config.%s = %v, want %v", k, qc[k], v)
+		}
+	}
+	meta := qc["meta"].(map[string]any)
+	cal := meta["calibration"].(map[string]any)
+	if meta["method"] != "gptq" || cal["sha256"] != hex.EncodeToString(sum[:]) || cal["tokens"] != float64(testBudget) {
+		t.Errorf("meta = %v", meta)
+	}
+	if c := rep.Calibration; c.HessianTokens+c.HeldOutTokens != testBudget || c.HeldOutTokens != testBudget/HoldOut || len(c.Fallbacks) != 0 {
+		t.Errorf("calibration %+v", c)
+	}
+	seen := map[string]bool{}
+	for _, tr := range rep.Tensors {
+		g := tr.GPTQ
+		if g == nil {
+			t.Fatalf("%s has no GPTQ record", tr.Name)
+		}
+		seen[tr.Name] = true
+		if g.Method != "gptq" || g.DampPercent != 0.01 || g.HeldOutRows != testBudget/HoldOut || !(g.OutErr < 0.8*g.OutErrRTN) {
+			t.Errorf("%s: %+v", tr.Name, g)
+		}
+		if tr.Name == spark.EmbedName && g.Input != "final_norm" {
+			t.Errorf("head calibrated on %s", g.Input)
+		}
+	}
+	if len(seen) != 4*5+1 || !seen[spark.EmbedName] {
+		t.Errorf("reported %d tensors: %v", len(seen), seen)
+	}
+	ck, err := safetensors.OpenDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	if !ck.Has("lm_head.qweight") || ck.Has(spark.HeadName) {
+		t.Error("the tied head was not written as lm_head.qweight")
+	}
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("scratch file %s left in the output", e.Name())
+		}
+	}
+}
+
+// fileSums hashes every file of dir but the report (which has timings).
+func fileSums(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	sums := map[string]string{}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() == convert.ReportFile {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		h := sha256.Sum256(b)
+		sums[e.Name()] = hex.EncodeToString(h[:])
+	}
+	return sums
+}
+
+// TestCalibratedDeterministic: the same inputs give byte-identical files;
+// act-order changes the codes and says so in the config.
+func TestCalibratedDeterministic(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	dir := t.TempDir()
+	runGPTQ(t, in, filepath.Join(dir, "a"), &Calibrator{Budget: testBudget}, false)
+	runGPTQ(t, in, filepath.Join(dir, "b"), &Calibrator{Budget: testBudget}, false)
+	a, b := fileSums(t, filepath.Join(dir, "a")), fileSums(t, filepath.Join(dir, "b"))
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("two runs differ:\n%v\n%v", a, b)
+	}
+	runGPTQ(t, in, filepath.Join(dir, "act"), &Calibrator{Budget: testBudget, ActOrder: true}, false)
+	if c := fileSums(t, filepath.Join(dir, "act")); c["model.safetensors"] == a["model.safetensors"] {
+		t.Error("act-order gave the same codes")
+	}
+	qc := readJSON(t, filepath.Join(dir, "act", "config.json"))["quantization_config"].(map[string]any)
+	if qc["static_groups"] != true || qc["desc_act"] != false {
+		t.Errorf("act-order config: static_groups %v desc_act %v", qc["static_groups"], qc["desc_act"])
+	}
+}
+
+// TestCalibratedInterrupted: a cancelled calibration leaves nothing behind.
+func TestCalibratedInterrupted(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	parent := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Calibrator{Budget: testBudget, Log: cancelOnWrite{cancel}}
+	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, Group: 64, Solver: c}
+	// The first line the calibrator logs is its summary, after the solve:
+	// cancel there, before the writer runs.
+	if _, err := convert.GPTQ(ctx, o); err == nil || !strings.Contains(err.Error(), "context canceled") {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("left %v", entries)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	if _, err := convert.GPTQ(ctx, o); err == nil {
+		t.Fatal("cancelled run succeeded")
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("left %v", entries)
+	}
+}
+
+type cancelOnWrite struct{ cancel context.CancelFunc }
+
+func (c cancelOnWrite) Write(p []byte) (int, error) { c.cancel(); return len(p), nil }
+
+// TestCalibratedW8A8: the int8 scales are compressed-tensors' amax/127.5 of
+// the original weights (as the config's observer says), the codes GPTQ's.
+func TestCalibratedW8A8(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	dir := t.TempDir()
+	r, err := convert.W8A8With(context.Background(), convert.W8A8Options{Options: convert.Options{Model: in, Out: filepath.Join(dir, "g"), Quiet: true}, Solver: &Calibrator{Budget: testBudget}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := convert.W8A8With(context.Background(), convert.W8A8Options{Options: convert.Options{Model: in, Out: filepath.Join(dir, "r"), Quiet: true}}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := safetensors.OpenDir(filepath.Join(dir, "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	rt, err := safetensors.OpenDir(filepath.Join(dir, "r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	differ := 0
+	for _, tr := range r.Tensors {
+		mod := strings.TrimSuffix(tr.Name, ".weight")
+		_, sa, _ := g.Raw(mod + ".weight_scale")
+		_, sb, _ := rt.Raw(mod + ".weight_scale")
+		if string(sa) != string(sb) {
+			t.Errorf("%s: scales differ from round to nearest's", mod)
+		}
+		_, ca, _ := g.Raw(mod + ".weight")
+		_, cb, _ := rt.Raw(mod + ".weight")
+		for i := range ca {
+			if ca[i] != cb[i] {
+				differ++
+			}
+		}
+		if tr.GPTQ == nil || !(tr.GPTQ.OutErr < tr.GPTQ.OutErrRTN) {
+			t.Errorf("%s: %+v", tr.Name, tr.GPTQ)
+		}
+	}
+	if len(r.Tensors) != 20 || differ == 0 {
+		t.Errorf("%d tensors, %d codes differ from round to nearest", len(r.Tensors), differ)
+	}
+}
+
+// TestCalibratedW4A16: the asymmetric grid through the same solve.
+func TestCalibratedW4A16(t *testing.T) {
+	in := fixturestest.Tiny(t, true)
+	out := filepath.Join(t.TempDir(), "w")
+	r, err := convert.W4A16(context.Background(), convert.W4A16Options{Options: convert.Options{Model: in, Out: out, Quiet: true}, Group: 128, QuantHead: true, Solver: &Calibrator{Budget: testBudget}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range r.Tensors {
+		if tr.GPTQ == nil || !(tr.GPTQ.OutErr < tr.GPTQ.OutErrRTN) {
+			t.Errorf("%s: %+v", tr.Name, tr.GPTQ)
+		}
+	}
+	meta := readJSON(t, filepath.Join(out, "config.json"))["quantization_config"].(map[string]any)["meta"].(map[string]any)
+	if meta["method"] != "gptq" || meta["damp_percent"] != 0.01 {
+		t.Errorf("meta %v", meta)
+	}
+}
+
+// TestRefusedText: text the tokenizer turns into a handful of ids is
+// refused before anything is written.
+func TestRefusedText(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	dir := t.TempDir()
+	samples := filepath.Join(dir, "same.txt")
+	os.WriteFile(samples, []byte(strings.Repeat("aaaa aaaa aaaa\n", 400)), 0o644)
+	parent := filepath.Join(dir, "out")
+	os.Mkdir(parent, 0o755)
+	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, Group: 64, Solver: &Calibrator{Files: []string{samples}}}
+	_, err := convert.GPTQ(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "distinct ids") {
+		t.Fatalf("repetitive text: %v", err)
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("left %v", entries)
+	}
+}
+
+// TestCheckTokens: the unknown-token share and distinct-id limits.
+func TestCheckTokens(t *testing.T) {
+	ids := func(n int, f func(i int) int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = f(i)
+		}
+		return out
+	}
+	cases := []struct {
+		name     string
+		ids      []int
+		warn, ok bool
+	}{
+		{"varied", ids(1000, func(i int) int { return i % 500 }), false, true},
+		{"few ids", ids(1000, func(i int) int { return i % 10 }), false, false},
+		{"mostly unk", ids(1000, func(i int) int { return map[bool]int{true: 0, false: i}[i%4 != 0] }), false, false},
+		{"some unk", ids(1000, func(i int) int { return map[bool]int{true: 0, false: 1 + i}[i%10 == 0] }), true, true},
+		{"too short", ids(100, func(i int) int { return i }), false, false},
+	}
+	for _, c := range cases {
+		warn, err := checkTokens([]calib.Chunk{{IDs: c.ids}}, 0, 4096)
+		if (err == nil) != c.ok || (warn != "") != c.warn {
+			t.Errorf("%s: warn %q, err %v", c.name, warn, err)
+		}
+	}
+}
