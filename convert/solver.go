@@ -90,6 +90,18 @@ type ModuleReport struct {
 	OutErrRTN   float64 `json:"held_out_rel_err_rtn"`
 	SolveS      float64 `json:"solve_s"`
 	Fallback    string  `json:"fallback,omitempty"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// AuxFile returns the contents of an auxiliary input file (tokenizer.json,
+// ...) as read at Start, and whether the model folder had it.
+func (j *Job) AuxFile(name string) ([]byte, bool) {
+	for _, a := range j.aux {
+		if a.name == name {
+			return a.data, true
+		}
+	}
+	return nil, false
 }
 
 // Context is the job's context (cancelled on interrupt).

@@ -35,7 +35,7 @@ func NewHessian(k int) *Hessian { return &Hessian{K: k, H: make([]float64, k*k)}
 // Reset empties the accumulator, keeping its memory.
 func (h *Hessian) Reset() {
 	clear(h.H)
-	h.Tokens, h.seen, h.Held = 0, 0, h.Held[:0]
+	h.Tokens, h.seen, h.Held, h.buf = 0, 0, h.Held[:0], h.buf[:0]
 }
 
 // HeldRows is the number of held-out rows.
@@ -45,7 +45,6 @@ func (h *Hessian) HeldRows() int { return len(h.Held) / h.K }
 // calls) goes to Held, the others into H.
 func (h *Hessian) Add(x []float32, rows int) {
 	k := h.K
-	h.buf = h.buf[:0]
 	for r := range rows {
 		row := x[r*k : (r+1)*k]
 		if (h.seen+int64(r))%HoldOut == HoldOut-1 && len(h.Held) < maxHeldRows*k {
@@ -55,14 +54,30 @@ func (h *Hessian) Add(x []float32, rows int) {
 		h.buf = append(h.buf, row...)
 	}
 	h.seen += int64(rows)
-	if n := len(h.buf) / k; n > 0 {
-		kernels.SyrkAccumulateLower(h.H, h.buf, n, k)
-		h.Tokens += int64(n)
+	if len(h.buf)/k >= flushRows {
+		h.flush()
 	}
 }
 
-// Finish mirrors the lower triangle: H is then the full symmetric matrix.
-func (h *Hessian) Finish() { kernels.SymmetrizeLower(h.H, h.K) }
+// flushRows: rows are gathered into runs this long before they are added
+// to H (each addition reads and writes all of H in float64: for
+// down_proj's 6656^2 that costs more than the products of a short chunk).
+const flushRows = 512
+
+func (h *Hessian) flush() {
+	if n := len(h.buf) / h.K; n > 0 {
+		kernels.SyrkAccumulateLower(h.H, h.buf, n, h.K)
+		h.Tokens += int64(n)
+	}
+	h.buf = h.buf[:0]
+}
+
+// Finish adds the pending rows and mirrors the lower triangle: H is then
+// the full symmetric matrix.
+func (h *Hessian) Finish() {
+	h.flush()
+	kernels.SymmetrizeLower(h.H, h.K)
+}
 
 // DefaultDamp is the damping fraction of the mean diagonal (--damp):
 // IST-DASLab's and llm-compressor's 0.01.

@@ -5,15 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/bits"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 
 	"sparkconv/calib"
 	"sparkconv/fixtures"
+	"sparkconv/infile"
 	"sparkconv/tokenizer"
 )
 
@@ -47,12 +46,10 @@ func readTexts(files []string) ([]calib.Text, []string, string, error) {
 	}
 	var texts []calib.Text
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
+		if err := hashFile(h, f); err != nil {
 			return nil, nil, "", err
 		}
-		h.Write(data)
-		t, err := calib.ParseSamples(data, f, strings.EqualFold(filepath.Ext(f), ".jsonl"))
+		t, err := calib.ReadSamples(f)
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -117,12 +114,22 @@ func vanDerCorput(i uint32) float64 {
 	return float64(bits.Reverse32(i)) / (1 << 32)
 }
 
-// unkID is the tokenizer's unknown token (model.unk_token), or -1.
-func unkID(tokPath string, tok *tokenizer.Tokenizer) int {
-	data, err := os.ReadFile(tokPath)
+// hashFile adds the bytes of a (regular) file to h.
+func hashFile(h io.Writer, path string) error {
+	f, _, err := infile.Open(path)
 	if err != nil {
-		return -1
+		return err
 	}
+	defer f.Close()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// unkID is the unknown token (model.unk_token) of the tokenizer.json
+// data, or -1.
+func unkID(data []byte, tok *tokenizer.Tokenizer) int {
 	var v struct {
 		Model struct {
 			UnkToken *string `json:"unk_token"`

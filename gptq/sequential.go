@@ -133,17 +133,20 @@ func (r *run) prepare() error {
 	if err != nil {
 		return err
 	}
-	tokPath := filepath.Join(r.j.Opt.Model, "tokenizer.json")
-	tok, err := tokenizer.Load(tokPath)
+	tokJSON, ok := r.j.AuxFile("tokenizer.json")
+	if !ok {
+		return fmt.Errorf("calibration needs the model's tokenizer.json, which %s lacks (or --rtn for round to nearest)", r.j.Opt.Model)
+	}
+	tok, err := tokenizer.Parse(tokJSON)
 	if err != nil {
-		return fmt.Errorf("calibration needs the model's tokenizer (or --rtn for round to nearest): %w", err)
+		return fmt.Errorf("%s: %w", filepath.Join(r.j.Opt.Model, "tokenizer.json"), err)
 	}
 	all, _, err := calib.Tokenize(tok, texts, c.SeqLen, cfg.VocabSize)
 	if err != nil {
 		return err
 	}
 	r.chunks = selectChunks(all, c.Budget, c.SeqLen)
-	warn, err := checkTokens(r.chunks, unkID(tokPath, tok), cfg.VocabSize)
+	warn, err := checkTokens(r.chunks, unkID(tokJSON, tok), cfg.VocabSize)
 	if err != nil {
 		return err
 	}
@@ -329,6 +332,21 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 		errs = heldOutErr(h.Held, h.HeldRows(), m, r.grid, rtn)
 		rep.OutErr, rep.OutErrRTN = errs[0], errs[0]
 	}
+	if ferr == nil && rep.OutErr > rep.OutErrRTN && r.f.Damp < RetryDamp {
+		// Overfitted (a Hessian with barely more rows than channels):
+		// more damping pulls the solve toward round to nearest.
+		var f Factor
+		if err := Prepare(&f, h.H, h.K, RetryDamp, r.c.ActOrder); err == nil {
+			again := &Result{}
+			if err := Solve(again, m, &f, r.grid); err != nil {
+				return nil, fmt.Errorf("%s: %w", t.Source, err)
+			}
+			if e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, again)[0]; e < rep.OutErr {
+				rep.Note = fmt.Sprintf("damping %g lost on held-out rows (%.4g against round to nearest's %.4g); solved again at %g", rep.DampPercent, rep.OutErr, rep.OutErrRTN, f.Damp)
+				res, rep.OutErr, rep.DampPercent, rep.DampTries = again, e, f.Damp, rep.DampTries+f.Tries
+			}
+		}
+	}
 	switch {
 	case ferr != nil:
 		r.fallback(t, rep, fmt.Sprintf("%v (damping tried up to the mean diagonal)", ferr))
@@ -345,6 +363,11 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 	}
 	return res, nil
 }
+
+// RetryDamp is the damping a module is solved again with when its GPTQ
+// codes at the requested damping lose to round to nearest on held-out
+// rows (before falling back to round to nearest).
+const RetryDamp = 0.1
 
 // fallback records a module rounded to nearest instead, on stderr and in
 // the report.

@@ -280,3 +280,34 @@ func TestCheckTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestNeverWorseThanRTN: with too few tokens for a full-rank down_proj
+// Hessian (256 < K = 768), every module's chosen codes are still no worse
+// than round to nearest on held-out rows (solved again with more damping,
+// or rounded to nearest), and every fallback is in the calibration record.
+func TestNeverWorseThanRTN(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	rep := runGPTQ(t, in, filepath.Join(t.TempDir(), "q"), &Calibrator{Budget: 256}, false)
+	falls := map[string]bool{}
+	for _, f := range rep.Calibration.Fallbacks {
+		falls[f.Module] = true
+	}
+	rtn := 0
+	for _, tr := range rep.Tensors {
+		g := tr.GPTQ
+		if g.OutErr > g.OutErrRTN {
+			t.Errorf("%s: held-out error %.4g above round to nearest's %.4g", tr.Name, g.OutErr, g.OutErrRTN)
+		}
+		mod := strings.TrimSuffix(tr.Name, ".weight")
+		if (g.Method == "rtn") != falls[mod] || (g.Method == "rtn") != (g.Fallback != "") {
+			t.Errorf("%s: method %s, fallback %q, in the calibration's list: %v", tr.Name, g.Method, g.Fallback, falls[mod])
+		}
+		if g.Method == "rtn" {
+			rtn++
+		}
+		if g.Note != "" {
+			t.Logf("%s: %s", tr.Name, g.Note)
+		}
+	}
+	t.Logf("%d of %d modules rounded to nearest", rtn, len(rep.Tensors))
+}

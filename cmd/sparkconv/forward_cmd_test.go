@@ -183,7 +183,7 @@ func TestForwardQuantized(t *testing.T) {
 	dir := t.TempDir()
 	m, q := filepath.Join(dir, "m"), filepath.Join(dir, "q")
 	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
-	mustRun(t, "w4a16", "--model", m, "--out", q, "--group", "32")
+	mustRun(t, "w4a16", "--model", m, "--out", q, "--group", "32", "--rtn")
 	out := mustRun(t, "forward", "--model", q, "--ids", "1,2,3")
 	if !strings.Contains(out, "W4A16 (tinygemm cpu_int4 g32") {
 		t.Errorf("forward output does not name the format:\n%s", out)

@@ -72,7 +72,7 @@ func TestHFCacheSnapshot(t *testing.T) {
 	}
 	mustRun(t, "inspect", "--model", snap)
 	out := filepath.Join(t.TempDir(), "o")
-	mustRun(t, "w8a8", "--model", snap, "--out", out)
+	mustRun(t, "w8a8", "--model", snap, "--out", out, "--rtn")
 	if st, err := os.Lstat(filepath.Join(out, "tokenizer.json")); err != nil || !st.Mode().IsRegular() {
 		t.Errorf("tokenizer.json in the output: %v", err)
 	}
