@@ -38,9 +38,11 @@ demo: build ort
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
 	$(BIN) fixture --preset tiny --out $(DEMO)/model
 	$(BIN) inspect --model $(DEMO)/model
-	$(BIN) w8a8 --model $(DEMO)/model --out $(DEMO)/w8a8
+	# calibrated GPTQ for all three formats: the embedded corpus by default,
+	# or --samples; --rtn would round to nearest instead
+	$(BIN) w8a8 --model $(DEMO)/model --out $(DEMO)/w8a8 --samples fixtures/corpus/calib.txt
 	$(BIN) gptq --model $(DEMO)/model --out $(DEMO)/gptq-w4a8 --group 128 --quant-head
-	$(BIN) w4a16 --model $(DEMO)/model --out $(DEMO)/w4a16 --group 128 --quant-head
+	$(BIN) w4a16 --model $(DEMO)/model --out $(DEMO)/w4a16 --group 128 --quant-head --act-order
 	$(BIN) calibrate --model $(DEMO)/model --samples fixtures/corpus/calib.txt --out $(DEMO)/calib --seq-len 256
 	$(BIN) export-onnx --model $(DEMO)/model --out $(DEMO)/onnx --layout auto --context 512
 	$(BIN) lint $(DEMO)/onnx/layer_00.onnx
