@@ -192,9 +192,14 @@ func Export(ctx context.Context, m *spark.Model, dir string, o ExportOptions) (*
 		Partial: len(o.Layers) != c.NumLayers,
 	}
 	var err error
-	if man.Config, err = configKeys(m.Dir); err != nil {
+	if man.Config, err = configKeys(m); err != nil {
 		return nil, err
 	}
+	fp, err := SourceFingerprint(m)
+	if err != nil {
+		return nil, err
+	}
+	man.Source = &Source{Fingerprint: fp, Method: FingerprintMethod}
 	groups, err := e.groups()
 	if err != nil {
 		return nil, err
@@ -304,14 +309,12 @@ func (e *exporter) add(man *Manifest, build func() (*Builder, GraphEntry, error)
 
 // configKeys copies the config.json keys the graphs are built from, as
 // written there (so each equals config.json byte for byte).
-func configKeys(dir string) (map[string]json.RawMessage, error) {
-	path := filepath.Join(dir, spark.ConfigFile)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+func configKeys(m *spark.Model) (map[string]json.RawMessage, error) {
+	// The config.json bytes read when the model was opened, never the
+	// folder again (it may have been replaced since).
+	path := filepath.Join(m.Dir, spark.ConfigFile)
 	var all map[string]json.RawMessage
-	if err := json.Unmarshal(data, &all); err != nil {
+	if err := json.Unmarshal(m.ConfigJSON, &all); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	keys := []string{"model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",

@@ -77,6 +77,12 @@ type GraphEntry struct {
 // forward.ModelLevel).
 const ModelLevel = -1
 
+// Source is the checkpoint an export came from (SourceFingerprint).
+type Source struct {
+	Fingerprint string `json:"fingerprint"`
+	Method      string `json:"method"`
+}
+
 // ValueName says which point of the reference forward a graph value holds:
 // Point is forward.Point's name ("q_rope", "mlp_act", "final_norm") or
 // "embed" (the embedding row) or one of the graph-only values ("q_scaled",
@@ -110,8 +116,10 @@ type Manifest struct {
 	Layout      string                     `json:"layout,omitempty"`
 	Config      map[string]json.RawMessage `json:"config,omitempty"`
 	// Partial marks an export of a subset of the layers (--layers).
-	Partial bool         `json:"partial,omitempty"`
-	Graphs  []GraphEntry `json:"graphs"`
+	Partial bool `json:"partial,omitempty"`
+	// Source identifies the checkpoint the graphs were made from.
+	Source *Source      `json:"source,omitempty"`
+	Graphs []GraphEntry `json:"graphs"`
 }
 
 // Marshal is the manifest's file content (indented, trailing newline;

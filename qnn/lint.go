@@ -57,6 +57,11 @@ type Rule struct {
 
 var ruleTable = []Rule{
 	{"no-graph", Error, "the model has no graph", "onnx.proto"},
+	{"value-redefined", Error, "a value defined twice: two nodes write it, or a node writes a graph input or initializer", "qnn.md 5.4 (SSA)"},
+	{"input-undefined", Error, "a node reads a value that no graph input, initializer or node defines", "qnn.md 5.4"},
+	{"graph-cycle", Error, "nodes that read each other's outputs in a cycle", "qnn.md 5.4"},
+	{"not-topological", Error, "a node reads a value that a later node writes (the graph is not topologically sorted)", "qnn.md 5.4"},
+	{"output-not-produced", Error, "a graph output that nothing produces", "qnn.md 5.4"},
 	{"ir-version-missing", Error, "ir_version is unset (ONNX Runtime and onnx.checker refuse the model)", "qnn.md 5.4, go-notes.md"},
 	{"ir-version-too-new", Error, "ir_version above 11: AI Hub's checker (onnx <= 1.18) rejects it", "qnn.md 1.4, 5.1"},
 	{"opset-missing", Error, "no default-domain opset_import", "qnn.md 5.4"},
@@ -126,6 +131,7 @@ func Lint(m *onnxpb.ModelProto) []Finding {
 	opset := defaultOpset(m)
 	l.x = newGraphIndex(m.GetGraph(), opset)
 	l.checkVersions(m, opset)
+	l.checkTopology()
 	l.checkIO()
 	l.checkInitializers()
 	for i := range l.x.nodes {

@@ -1,12 +1,14 @@
 package verify
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
@@ -26,6 +28,9 @@ type Options struct {
 	// Steps is the number of decode steps; 0 means sliding_window + 8, so
 	// every sliding ring wraps (capped at context - 1).
 	Steps int
+	// Fingerprint is the --model checkpoint's onnxgraph.SourceFingerprint;
+	// an export whose manifest records another is refused. "" skips it.
+	Fingerprint string
 	// Seed picks the token history and the cache garbage.
 	Seed    uint64
 	Threads int
@@ -76,6 +81,7 @@ type GraphReport struct {
 // Report is the whole result.
 type Report struct {
 	Export      string        `json:"export"`
+	Exports     []string      `json:"exports"`
 	ORTOptimize string        `json:"ort_optimize"`
 	DType       string        `json:"dtype"`
 	ORTVersion  string        `json:"ort_version"`
@@ -90,6 +96,8 @@ type Report struct {
 	Chain    Metric   `json:"chain_logits"`
 	Pass     bool     `json:"pass"`
 	Failures []string `json:"failures,omitempty"`
+	// Notes are checks that could not be made (not failures).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // acc accumulates one output's errors over the steps.
@@ -119,8 +127,9 @@ func (a *acc) metric() Metric {
 // weights (and the reference one layer's), not the whole export.
 type verifier struct {
 	ref    *forward.Model
+	ctx    context.Context
 	man    *onnxgraph.Manifest
-	dir    string
+	dirOf  map[string]string // graph file -> its export folder
 	sopt   ortrun.SessionOptions
 	dt     onnxgraph.DType
 	ids    []int
@@ -133,18 +142,29 @@ type verifier struct {
 	report *Report
 }
 
-// Verify runs every graph of the export in dir in ONNX Runtime against the
-// float32 reference forward of the same checkpoint, step by step over a
-// random token history, and checks the bars.
-func Run(ref *forward.Model, dir string, o Options) (*Report, error) {
+// Run verifies the export in dirs (one folder, or the folders of a
+// --layers matrix that together hold every graph exactly once) in ONNX
+// Runtime against the float32 reference forward of the same checkpoint,
+// step by step over a random token history, and checks the bars. Before
+// anything runs it checks every file's sha256 against its manifest and the
+// manifest's source fingerprint against o.Fingerprint (the --model
+// checkpoint's); either mismatch is an error, not a failed bar. It stops
+// between steps when ctx is done.
+func Run(ctx context.Context, ref *forward.Model, dirs []string, o Options) (*Report, error) {
 	if o.KeyGarbage == 0 {
 		o.KeyGarbage = 50
 	}
 	if o.ValueGarbage == 0 {
 		o.ValueGarbage = 1000
 	}
-	man, err := onnxgraph.ReadManifest(dir)
+	man, dirOf, err := Union(dirs)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckFiles(man, dirOf); err != nil {
+		return nil, err
+	}
+	if err := checkSource(man, dirs, o.Fingerprint); err != nil {
 		return nil, err
 	}
 	dt, err := onnxgraph.ParseDType(man.DType)
@@ -158,7 +178,7 @@ func Run(ref *forward.Model, dir string, o Options) (*Report, error) {
 		}
 	}
 	if err := checkAgainstConfig(man, ref); err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", strings.Join(dirs, ", "), err)
 	}
 	c := ref.Cfg
 	steps := o.Steps
@@ -166,9 +186,12 @@ func Run(ref *forward.Model, dir string, o Options) (*Report, error) {
 		steps = c.SlidingWindow + 8
 	}
 	steps = min(steps, man.Context-1)
-	v := &verifier{ref: ref, man: man, dir: dir, dt: dt, caches: map[int]*forward.LayerCache{}, chain: map[int]*onnxgraph.CacheState{}, accs: map[string]map[string]*acc{},
+	v := &verifier{ctx: ctx, ref: ref, man: man, dirOf: dirOf, dt: dt, caches: map[int]*forward.LayerCache{}, chain: map[int]*onnxgraph.CacheState{}, accs: map[string]map[string]*acc{},
 		sopt: ortrun.SessionOptions{Threads: o.Threads, Optimize: o.Optimize}}
-	v.report = &Report{Export: dir, ORTOptimize: o.Optimize, DType: man.DType, ORTVersion: ortrun.Version(), Steps: steps, BarDB: BarFloat32}
+	v.report = &Report{Export: strings.Join(dirs, ", "), Exports: dirs, ORTOptimize: o.Optimize, DType: man.DType, ORTVersion: ortrun.Version(), Steps: steps, BarDB: BarFloat32}
+	if man.Source == nil {
+		v.report.Notes = append(v.report.Notes, "the manifest records no source fingerprint (an export by an older sparkconv): which checkpoint it came from was not checked")
+	}
 	if dt == onnxgraph.Float16 {
 		v.report.BarDB = BarFloat16
 	}
@@ -197,19 +220,190 @@ func Run(ref *forward.Model, dir string, o Options) (*Report, error) {
 	return v.report, nil
 }
 
+// checkSource compares the manifest's source fingerprint with the model's.
+func checkSource(man *onnxgraph.Manifest, dirs []string, fp string) error {
+	if man.Source == nil || fp == "" {
+		return nil
+	}
+	if man.Source.Method != onnxgraph.FingerprintMethod {
+		return fmt.Errorf("%s: the source fingerprint was computed as %q, which this sparkconv cannot recompute", strings.Join(dirs, ", "), man.Source.Method)
+	}
+	if man.Source.Fingerprint != fp {
+		return fmt.Errorf("this export was made from another checkpoint: %s records source %s, the --model checkpoint is %s (give the checkpoint it was exported from, or export this one)",
+			strings.Join(dirs, ", "), short(man.Source.Fingerprint), short(fp))
+	}
+	return nil
+}
+
+func short(fp string) string {
+	if len(fp) > 23 {
+		return fp[:23] + "..."
+	}
+	return fp
+}
+
+// CheckFiles compares each graph file (and its external data file) of the
+// export with the sha256 its manifest records, before anything parses it.
+// It names every file that differs.
+func CheckFiles(man *onnxgraph.Manifest, dirOf map[string]string) error {
+	var bad []string
+	for _, g := range man.Graphs {
+		dir := dirOf[g.File]
+		check := func(file, want string) {
+			h, err := onnxio.HashFile(filepath.Join(dir, file))
+			switch {
+			case err != nil:
+				bad = append(bad, fmt.Sprintf("%s: %v", filepath.Join(dir, file), err))
+			case h.SHA256 != want:
+				bad = append(bad, fmt.Sprintf("%s: sha256 %s..., the manifest says %s...", filepath.Join(dir, file), h.SHA256[:12], want[:min(12, len(want))]))
+			}
+		}
+		check(g.File, g.SHA256)
+		if g.ExternalData != nil {
+			check(g.ExternalData.Name, g.ExternalData.SHA256)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%d files do not match their manifest (changed after the export wrote them; export again): %s", len(bad), strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// Union reads the manifests of dirs and joins them into one export: the
+// folders of an --layers matrix must agree on everything but their graphs
+// and together hold the embed graph, every layer and the head exactly once.
+// It returns the joined manifest and each graph file's folder.
+func Union(dirs []string) (*onnxgraph.Manifest, map[string]string, error) {
+	if len(dirs) == 0 {
+		return nil, nil, fmt.Errorf("no export folder")
+	}
+	var out *onnxgraph.Manifest
+	dirOf := map[string]string{}
+	owner := map[string]string{} // "embed", "head", "layer N" -> folder
+	for _, dir := range dirs {
+		m, err := onnxgraph.ReadManifest(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		if out == nil {
+			c := *m
+			c.Graphs = nil
+			out = &c
+		} else if d := manifestDiff(out, m); d != "" {
+			return nil, nil, fmt.Errorf("%s and %s are not parts of one export: %s", dirs[0], dir, d)
+		}
+		for _, g := range m.Graphs {
+			keys := []string{g.Kind}
+			if infos := g.LayerInfos(); len(infos) > 0 {
+				keys = nil
+				for _, li := range infos {
+					keys = append(keys, fmt.Sprintf("layer %d", li.Layer))
+				}
+			}
+			for _, k := range keys {
+				if prev, dup := owner[k]; dup {
+					return nil, nil, fmt.Errorf("%s is in both %s and %s: the --export folders overlap", k, prev, dir)
+				}
+				owner[k] = dir
+			}
+			if _, dup := dirOf[g.File]; dup {
+				return nil, nil, fmt.Errorf("%s is in two --export folders", g.File)
+			}
+			dirOf[g.File] = dir
+			out.Graphs = append(out.Graphs, g)
+		}
+	}
+	var missing []string
+	for _, k := range []string{onnxgraph.KindEmbed, onnxgraph.KindHead} {
+		if owner[k] == "" {
+			missing = append(missing, k)
+		}
+	}
+	layers := 0
+	if v, ok := out.Config["num_hidden_layers"]; ok {
+		fmt.Sscan(string(v), &layers)
+	}
+	var gap []int
+	for i := range layers {
+		if owner[fmt.Sprintf("layer %d", i)] == "" {
+			gap = append(gap, i)
+		}
+	}
+	if len(gap) > 0 {
+		missing = append(missing, "layers "+ranges(gap))
+	}
+	if len(missing) > 0 {
+		what := "the export lacks"
+		if len(dirs) > 1 || out.Partial {
+			what = "the --export folders together lack"
+		}
+		return nil, nil, fmt.Errorf("%s %s (a --layers export verifies as a set: pass every folder of the matrix with one --export each)", what, strings.Join(missing, ", "))
+	}
+	out.Partial = false
+	return out, dirOf, nil
+}
+
+// manifestDiff names the first key two parts of one export disagree on.
+func manifestDiff(a, b *onnxgraph.Manifest) string {
+	fpA, fpB := "", ""
+	if a.Source != nil {
+		fpA = a.Source.Fingerprint
+	}
+	if b.Source != nil {
+		fpB = b.Source.Fingerprint
+	}
+	cfgA, _ := json.Marshal(a.Config)
+	cfgB, _ := json.Marshal(b.Config)
+	for _, d := range []struct {
+		key  string
+		x, y any
+	}{
+		{"opset", a.Opset, b.Opset}, {"context", a.Context, b.Context}, {"dtype", a.DType, b.DType},
+		{"mask_value", a.MaskValue, b.MaskValue}, {"gelu", a.GELU, b.GELU}, {"granularity", a.Granularity, b.Granularity},
+		{"layout", a.Layout, b.Layout}, {"source fingerprint", fpA, fpB}, {"config", string(cfgA), string(cfgB)},
+	} {
+		if fmt.Sprint(d.x) != fmt.Sprint(d.y) {
+			return fmt.Sprintf("%s %v vs %v", d.key, d.x, d.y)
+		}
+	}
+	return ""
+}
+
+// ranges writes sorted ints as "0-3, 7".
+func ranges(v []int) string {
+	var parts []string
+	for i := 0; i < len(v); {
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", v[i], v[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(v[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
 // checkAgainstConfig compares every per-layer key with the model.
 func checkAgainstConfig(man *onnxgraph.Manifest, ref *forward.Model) error {
 	c := ref.Cfg
 	seen := map[int]bool{}
 	for _, g := range man.Graphs {
 		for _, li := range g.LayerInfos() {
-			if li.Layer >= c.NumLayers || seen[li.Layer] {
-				return fmt.Errorf("%s: layer %d out of range or repeated", g.File, li.Layer)
+			if li.Layer >= c.NumLayers {
+				return fmt.Errorf("%s: layer %d, but the model has %d layers (this export was made from another model)", g.File, li.Layer, c.NumLayers)
+			}
+			if seen[li.Layer] {
+				return fmt.Errorf("%s: layer %d appears twice in the export", g.File, li.Layer)
 			}
 			seen[li.Layer] = true
 			want := string(c.LayerTypes[li.Layer])
 			if li.LayerType != want || li.RotaryDims != c.RotaryDims(li.Layer) || li.RopeTheta != c.RoPEFor(li.Layer).Theta || li.CacheSlots != c.CacheSlots(li.Layer, man.Context) {
-				return fmt.Errorf("%s: layer %d keys %+v do not match the model (%s, R %d, theta %g, C %d)", g.File, li.Layer, li, want, c.RotaryDims(li.Layer), c.RoPEFor(li.Layer).Theta, c.CacheSlots(li.Layer, man.Context))
+				return fmt.Errorf("%s: layer %d is %s with %d rotary dims, rope theta %g and %d cache slots, but the model's layer %d is %s with %d, %g and %d (this export was made from another model)",
+					g.File, li.Layer, li.LayerType, li.RotaryDims, li.RopeTheta, li.CacheSlots, li.Layer, want, c.RotaryDims(li.Layer), c.RoPEFor(li.Layer).Theta, c.CacheSlots(li.Layer, man.Context))
 			}
 		}
 	}
@@ -267,14 +461,10 @@ func graphOrder(man *onnxgraph.Manifest) []onnxgraph.GraphEntry {
 // every step through it, and closes it. It returns file mismatches.
 func (v *verifier) runGraph(g onnxgraph.GraphEntry) ([]string, error) {
 	var bad []string
-	h, err := onnxio.HashFile(filepath.Join(v.dir, g.File))
-	if err != nil {
+	if err := v.ctx.Err(); err != nil {
 		return nil, err
 	}
-	if h.SHA256 != g.SHA256 {
-		bad = append(bad, fmt.Sprintf("%s: sha256 %s, manifest says %s", g.File, h.SHA256, g.SHA256))
-	}
-	sess, err := ortrun.OpenSession(filepath.Join(v.dir, g.File), v.sopt)
+	sess, err := ortrun.OpenSession(filepath.Join(v.dirOf[g.File], g.File), v.sopt)
 	if err != nil {
 		return nil, err
 	}
@@ -282,6 +472,9 @@ func (v *verifier) runGraph(g onnxgraph.GraphEntry) ([]string, error) {
 	bad = append(bad, ortrun.CompareIO(g.File+" inputs", g.Inputs, sess.Inputs)...)
 	bad = append(bad, ortrun.CompareIO(g.File+" outputs", g.Outputs, sess.Outputs)...)
 	for p := range v.ids {
+		if err := v.ctx.Err(); err != nil {
+			return nil, err
+		}
 		switch g.Kind {
 		case onnxgraph.KindEmbed:
 			err = v.embedStep(sess, g, p)

@@ -1,13 +1,20 @@
 package verify
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"sparkconv/fixtures"
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxgraph/exporttest"
 	"sparkconv/ortrun/orttest"
+	"sparkconv/spark"
 )
 
 func verifyExport(t *testing.T, model string, o onnxgraph.ExportOptions, vo Options) *Report {
@@ -19,7 +26,7 @@ func verifyExport(t *testing.T, model string, o onnxgraph.ExportOptions, vo Opti
 	}
 	defer ref.Close()
 	vo.Threads = 1
-	rep, err := Run(ref, dir, vo)
+	rep, err := Run(context.Background(), ref, []string{dir}, vo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,5 +62,102 @@ func TestVerify(t *testing.T) {
 				t.Errorf("steps %d", rep.Steps)
 			}
 		})
+	}
+}
+
+func openRef(t *testing.T, model string) *forward.Model {
+	t.Helper()
+	ref, err := forward.Open(model, forward.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	return ref
+}
+
+// TestVerifyTrustsNothing: a changed file is named before anything runs;
+// an export of another checkpoint of the same shape is refused as such; the
+// folders of a --layers matrix verify as a union (and pass), while a gap or
+// an overlap is refused by name; a cancelled context stops the run.
+func TestVerifyTrustsNothing(t *testing.T) {
+	orttest.Init(t)
+	tied := exporttest.Golden("spark-mini-tied")
+	ref := openRef(t, tied)
+	sm, err := spark.Open(tied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := onnxgraph.SourceFingerprint(sm)
+	sm.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Steps: 12, Seed: 1, Threads: 1, Fingerprint: fp}
+	full := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16})
+	run := func(dirs ...string) (*Report, error) { return Run(context.Background(), ref, dirs, o) }
+	if rep, err := run(full); err != nil || !rep.Pass {
+		t.Fatalf("clean export: %v %+v", err, rep)
+	}
+
+	tampered := t.TempDir()
+	copyDir(t, full, tampered)
+	f, _ := os.OpenFile(filepath.Join(tampered, "layer_03.onnx"), os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{0})
+	f.Close()
+	if _, err := run(tampered); err == nil || !strings.Contains(err.Error(), "layer_03.onnx: sha256") || !strings.Contains(err.Error(), "do not match their manifest") {
+		t.Errorf("tampered file: %v", err)
+	}
+
+	// Two tiny fixtures of one shape and config, different seeds: the
+	// export of one verified against the other is refused by name.
+	seed1, seed2 := filepath.Join(t.TempDir(), "s1"), filepath.Join(t.TempDir(), "s2")
+	for i, d := range []string{seed1, seed2} {
+		os.Mkdir(d, 0o755)
+		if err := fixtures.Generate(d, fixtures.Options{Preset: "tiny", Seed: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := spark.Open(seed2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp2, _ := onnxgraph.SourceFingerprint(s2)
+	s2.Close()
+	exp1 := exporttest.Export(t, seed1, onnxgraph.ExportOptions{Context: 32})
+	if _, err := Run(context.Background(), openRef(t, seed2), []string{exp1}, Options{Steps: 4, Threads: 1, Fingerprint: fp2}); err == nil || !strings.Contains(err.Error(), "made from another checkpoint") {
+		t.Errorf("other checkpoint: %v", err)
+	}
+
+	a := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Layers: []int{0, 1, 2, 3}})
+	b := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Layers: []int{4, 5, 6, 7}})
+	overlap := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Layers: []int{3, 4}})
+	if rep, err := run(a, b); err != nil || !rep.Pass || len(rep.Graphs) != 10 {
+		t.Errorf("union of two halves: %v %+v", err, rep)
+	}
+	if _, err := run(a); err == nil || !strings.Contains(err.Error(), "lack head, layers 4-7") {
+		t.Errorf("half an export: %v", err)
+	}
+	if _, err := run(a, b, overlap); err == nil || !strings.Contains(err.Error(), "layer 3 is in both") {
+		t.Errorf("overlap: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, ref, []string{full}, o); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644)
 	}
 }

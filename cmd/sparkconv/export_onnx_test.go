@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
@@ -104,8 +108,8 @@ func TestVerifyCommand(t *testing.T) {
 	data, _ := os.ReadFile(p)
 	data[len(data)/2&^3] ^= 1
 	os.WriteFile(p, data, 0o644)
-	if stdout, _, code := run(t, "verify", "--model", goldenTied, "--export", good, "--threads", "1"); code != 1 || !strings.Contains(stdout, "head.onnx: sha256") {
-		t.Errorf("tampered head: exit %d\n%s", code, stdout)
+	if stdout, errOut, code := run(t, "verify", "--model", goldenTied, "--export", good, "--threads", "1"); code != 1 || !strings.Contains(errOut, "head.onnx: sha256") || strings.Contains(stdout, "PASS") {
+		t.Errorf("tampered head: exit %d\n%s%s", code, stdout, errOut)
 	}
 	if _, errOut, code := run(t, "verify", "--model", goldenTied, "--export", good, "--ort-lib", filepath.Join(dir, "none.so")); code != 1 || !strings.Contains(errOut, "npm pack onnxruntime-node@1.30.0") {
 		t.Errorf("missing --ort-lib: exit %d, %s", code, errOut)
@@ -150,5 +154,29 @@ func TestLintReadsStructure(t *testing.T) {
 	want, got := qnn.Lint(full), qnn.Lint(lean)
 	if len(want) < 3 || fmt.Sprint(want) != fmt.Sprint(got) {
 		t.Fatalf("lint of the full model:\n%v\nlint of the structure:\n%v", want, got)
+	}
+}
+
+// TestVerifyInterrupt: SIGINT stops verify within a second, exit 130, and
+// no verdict is printed.
+func TestVerifyInterrupt(t *testing.T) {
+	requireORT(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "onnx")
+	mustRun(t, "export-onnx", "--model", goldenTied, "--out", out, "--context", "1024")
+	cmd := exec.Command(binPath, "verify", "--model", goldenTied, "--export", out, "--threads", "1", "--steps", "1000")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	sent := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	took := time.Since(sent)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 || took > time.Second || strings.Contains(stdout.String(), "PASS") {
+		t.Errorf("after SIGINT: %v in %v\nstdout %s\nstderr %s", err, took, stdout.String(), stderr.String())
 	}
 }

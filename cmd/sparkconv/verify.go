@@ -8,12 +8,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/forward"
+	"sparkconv/onnxgraph"
 	"sparkconv/ortrun"
+	"sparkconv/spark"
 	"sparkconv/verify"
 )
 
 func init() {
-	var model, export, ortLib, optimize string
+	var model, ortLib, optimize string
+	var exports []string
 	var steps, threads int
 	var seed uint64
 	cmd := &cobra.Command{
@@ -33,21 +36,28 @@ identical top-1 and top-5 (as a set) at every step, and roll graphs' present_*
 exactly the input shifted by one. Exit status 1 when a bar fails.
 
 ONNX Runtime is loaded from --ort-lib, else $SPARKCONV_ORT_LIB, else
-.ort/libonnxruntime.so in the repository (scripts/install-ort.sh).`,
+.ort/libonnxruntime.so in the repository (scripts/install-ort.sh).
+
+Before anything runs, every file's sha256 is checked against the manifest
+and the manifest's source fingerprint (config.json, tensor headers and
+sampled bytes of the checkpoint it was exported from) against --model:
+either mismatch is an error naming the file or the checkpoint, not a failed
+bar. Ctrl-C stops it between steps (exit 130, no verdict printed).`,
 		Example: `  sparkconv verify --model /tmp/spark-tiny --export /tmp/spark-tiny-onnx
+  sparkconv verify --model DIR --export onnx-0-13 --export onnx-14-27
   sparkconv verify --model DIR --export OUT --steps 600 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if model == "" || export == "" {
+			if model == "" || len(exports) == 0 {
 				return usagef("--model and --export are required")
 			}
 			o := verify.Options{Steps: steps, Seed: seed, Threads: threads, Optimize: optimize}
-			return runVerify(cmd, model, export, ortLib, o)
+			return runVerify(cmd, model, exports, ortLib, o)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&model, "model", "", "the model folder the export was made from")
-	f.StringVar(&export, "export", "", "the export-onnx output folder")
+	f.StringArrayVar(&exports, "export", nil, "the export-onnx output folder; repeat it for the folders of a --layers matrix, verified as one export")
 	f.StringVar(&ortLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	f.IntVar(&steps, "steps", 0, "decode steps (default sliding_window + 8, so every ring wraps)")
 	f.IntVar(&threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
@@ -61,7 +71,7 @@ ONNX Runtime is loaded from --ort-lib, else $SPARKCONV_ORT_LIB, else
 	rootCmd.AddCommand(cmd)
 }
 
-func runVerify(cmd *cobra.Command, model, export, ortLib string, o verify.Options) error {
+func runVerify(cmd *cobra.Command, model string, exports []string, ortLib string, o verify.Options) error {
 	start := time.Now()
 	lib, err := ortrun.FindORTLib(ortLib)
 	if err != nil {
@@ -70,12 +80,21 @@ func runVerify(cmd *cobra.Command, model, export, ortLib string, o verify.Option
 	if err := ortrun.Init(lib); err != nil {
 		return err
 	}
-	ref, err := forward.Open(model, forward.Options{})
+	sm, err := spark.Open(model)
 	if err != nil {
 		return err
 	}
+	if o.Fingerprint, err = onnxgraph.SourceFingerprint(sm); err != nil {
+		sm.Close()
+		return err
+	}
+	ref, err := forward.New(sm, forward.Options{})
+	if err != nil {
+		sm.Close()
+		return err
+	}
 	defer ref.Close()
-	rep, err := verify.Run(ref, export, o)
+	rep, err := verify.Run(cmd.Context(), ref, exports, o)
 	if err != nil {
 		return err
 	}
