@@ -42,6 +42,7 @@ sits inside a fusable RMSNorm or GELU pattern.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runLint(cmd, args[0], encodings) },
 	}
 	cmd.Flags().StringVar(&encodings, "encodings", "", "also lint this AIMET encodings file against the graph")
+	freeForm(cmd, "encodings")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -85,6 +85,17 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	fl.StringVar(&f.ortLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
 	fl.BoolVar(&f.force, "force", false, "write a bundle below the SNR bar, and replace an existing output folder")
+	freeForm(cmd, "model", "export", "out", "samples", "ort-lib")
+	var precisions []string
+	for _, p := range qnn.Precisions {
+		precisions = append(precisions, p.Name)
+	}
+	oneOf(cmd, "precision", precisions...)
+	intIn(cmd, "positions", 1, 4096)
+	intIn(cmd, "observe", 0, 1<<20)
+	intIn(cmd, "held-out", 1, 4096)
+	intIn(cmd, "threads", 0, 1024)
+	floatIn(cmd, "mask-clip", -1e6, -1e-9)
 	rootCmd.AddCommand(cmd)
 }
 
