@@ -93,6 +93,10 @@ func (c *calibFlags) register(cmd *cobra.Command) {
 	f.Float64Var(&c.c.Damp, "damp", gptq.DefaultDamp, "GPTQ damping, a fraction of the Hessian's mean diagonal, in (0, 1]")
 	f.BoolVar(&c.c.ActOrder, "act-order", false, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g)")
 	f.BoolVar(&c.rtn, "rtn", false, "round to nearest without calibration (the previous behaviour)")
+	freeForm(cmd, "samples")
+	intIn(cmd, "tokens", gptq.MinTokens, 1<<30)
+	intIn(cmd, "seq-len", 1, 1<<20)
+	floatIn(cmd, "damp", 1e-9, 1)
 }
 
 // solver validates the calibration flags and returns the solver (nil with

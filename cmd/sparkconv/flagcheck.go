@@ -180,7 +180,7 @@ func checkFlags(cmd *cobra.Command) error {
 		}
 		for _, v := range flagValue(f) {
 			if err := r.check(v); err != nil {
-				errs = append(errs, fmt.Errorf("--%s %q: want %v", f.Name, v, err))
+				errs = append(errs, fmt.Errorf("--%s %s: want %v", f.Name, showValue(v), err))
 			}
 		}
 	})
@@ -188,6 +188,15 @@ func checkFlags(cmd *cobra.Command) error {
 		return usageError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// showValue prints a flag value as given, quoted when it is empty or holds
+// spaces or quotes.
+func showValue(v string) string {
+	if v == "" || strings.ContainsAny(v, " \t\"'") {
+		return strconv.Quote(v)
+	}
+	return v
 }
 
 // checkIn refuses v outside [lo, hi] for a bound known only once the input
@@ -207,10 +216,10 @@ func flagError(cmd *cobra.Command, err error) error {
 	if m := pflagInvalid.FindStringSubmatch(err.Error()); m != nil {
 		if f := cmd.Flags().Lookup(m[2]); f != nil {
 			if r := flagRules[f]; r != nil {
-				return usagef("--%s %q: want %s", m[2], m[1], r.want)
+				return usagef("--%s %s: want %s", m[2], showValue(m[1]), r.want)
 			}
 			if f.Value.Type() == "bool" {
-				return usagef("--%s %q: want true or false (or the flag alone)", m[2], m[1])
+				return usagef("--%s %s: want true or false (or the flag alone)", m[2], showValue(m[1]))
 			}
 		}
 	}
