@@ -77,3 +77,22 @@ def test_fixture_tokenizer_matches_hf(work, sparkconv, preset, untied):
     # Round trip through the library's decoder on plain text.
     for t in TEXTS[:20]:
         assert hf.decode(hf.encode(t, add_special_tokens=False).ids, skip_special_tokens=False) == t
+
+
+@pytest.mark.parametrize("name", ["wordlevel-whitespace", "unigram-scripts", "wordpiece-cased"])
+def test_calibrate_takes_non_bpe_tokenizers(work, sparkconv, tmp_path, name):
+    """`sparkconv calibrate` on a checkpoint whose tokenizer is WordLevel /
+    Unigram / WordPiece: each sample's token count is the library's."""
+    tokenizers = need("tokenizers")
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(work.model("small", False), model)
+    shutil.copy(TESTDATA / "trained" / name / "tokenizer.json", model / "tokenizer.json")
+    samples = [TEXTS[0] + " " + TEXTS[1], TEXTS[40], TEXTS[100]]
+    (tmp_path / "samples.txt").write_text("\n---\n".join(samples) + "\n")
+    sparkconv.run("calibrate", "--model", model, "--samples", tmp_path / "samples.txt", "--out", tmp_path / "calib", "--seq-len", "64", "--min-tokens", "1")
+    summary = json.loads((tmp_path / "calib" / "summary.json").read_text())
+    hf = tokenizers.Tokenizer.from_file(str(model / "tokenizer.json"))
+    want = [len(hf.encode(s.strip("\n"), add_special_tokens=True).ids) for s in samples]
+    assert [s["tokens"] for s in summary["samples"]] == want

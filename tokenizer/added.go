@@ -39,10 +39,10 @@ type addedVocab struct {
 // buildAddedVocab registers tokens one by one the way the reference's
 // deserializer does (ids of tokens already in the model vocab are kept,
 // new ones get the next free id past the model), then builds matchers.
-func buildAddedVocab(tokens []addedToken, model *bpe, n normalizer) (*addedVocab, error) {
+func buildAddedVocab(tokens []addedToken, model model, n normalizer) (*addedVocab, error) {
 	av := &addedVocab{byContent: map[string]int{}, byID: map[int]addedToken{}, special: map[string]bool{}}
 	var specialList, classic []addedToken
-	modelSize := len(model.vocab)
+	modelSize := model.size()
 	for _, tok := range tokens {
 		if tok.Special && tok.Content != "" && !av.special[tok.Content] {
 			specialList = append(specialList, tok)
@@ -96,12 +96,11 @@ func (av *addedVocab) hasSame(tok addedToken) bool {
 	return ok && t.same(tok)
 }
 
-func (av *addedVocab) tokenToID(content string, model *bpe) (int, bool) {
+func (av *addedVocab) tokenToID(content string, model model) (int, bool) {
 	if id, ok := av.byContent[content]; ok {
 		return id, true
 	}
-	id, ok := model.vocab[content]
-	return id, ok
+	return model.tokenToID(content)
 }
 
 func (av *addedVocab) nextID(modelSize int) int {

@@ -53,10 +53,11 @@ func BenchmarkEncodeCold(b *testing.B) {
 			b.SetBytes(int64(total))
 			cpu0 := processCPUSeconds()
 			for b.Loop() {
-				tk.model.cacheMu.Lock()
-				clear(tk.model.cache)
-				clear(tk.model.rawCache)
-				tk.model.cacheMu.Unlock()
+				m := tk.model.(*bpe)
+				m.cacheMu.Lock()
+				clear(m.cache)
+				clear(m.rawCache)
+				m.cacheMu.Unlock()
 				for _, s := range texts {
 					if _, err := tk.Encode(s, false); err != nil {
 						b.Fatal(err)

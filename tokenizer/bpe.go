@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,9 +11,7 @@ import (
 // bpe is the BPE model: a vocabulary, ranked merges, and the options that
 // decide what happens to characters outside the vocabulary.
 type bpe struct {
-	vocab  map[string]int
-	vocabR []string // id -> token
-	hasID  []bool   // whether vocabR[id] is a token
+	vocabTable
 	merges *mergeTable
 
 	unkID        int // -1 when there is no unk token
@@ -44,61 +41,16 @@ const (
 	cacheMaxLen = 256
 )
 
-// bpeOptions are the model's small fields.
-type bpeOptions struct {
-	Type                    string  `json:"type"`
-	UnkToken                *string `json:"unk_token"`
-	ContinuingSubwordPrefix *string `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string `json:"end_of_word_suffix"`
-	FuseUnk                 bool    `json:"fuse_unk"`
-	ByteFallback            bool    `json:"byte_fallback"`
-	IgnoreMerges            bool    `json:"ignore_merges"`
-}
-
-// parseModel reads the "model" object with the scanner: vocab and merges
-// by hand, the remaining small fields through encoding/json.
-func parseModel(sc *scanner) (*bpe, error) {
-	var vocab map[string]int
-	var merges [][2]string
-	var rest []string
-	err := sc.object(func(key string) error {
-		var err error
-		switch key {
-		case "vocab":
-			vocab, err = sc.vocab()
-		case "merges":
-			merges, err = sc.merges()
-		default:
-			var raw string
-			if raw, err = sc.skipValue(); err == nil {
-				k, _ := json.Marshal(key)
-				rest = append(rest, string(k)+":"+raw)
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	var opt bpeOptions
-	if err := json.Unmarshal([]byte("{"+strings.Join(rest, ",")+"}"), &opt); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	return newBPE(opt, vocab, merges)
-}
-
-func newBPE(opt bpeOptions, vocab map[string]int, merges [][2]string) (*bpe, error) {
-	if opt.Type != "" && opt.Type != "BPE" {
-		return nil, fmt.Errorf("model: unsupported type %q (only BPE)", opt.Type)
-	}
-	if vocab == nil {
-		return nil, fmt.Errorf("model: missing vocab")
-	}
+func newBPE(opt modelFields, vocab map[string]int, merges [][2]string) (*bpe, error) {
 	if merges == nil {
 		return nil, fmt.Errorf("model: missing merges")
 	}
+	v, err := newVocabTable(vocab)
+	if err != nil {
+		return nil, err
+	}
 	m := &bpe{
-		vocab:        vocab,
+		vocabTable:   v,
 		merges:       newMergeTable(len(merges)),
 		unkID:        -1,
 		fuseUnk:      opt.FuseUnk,
@@ -108,9 +60,6 @@ func newBPE(opt bpeOptions, vocab map[string]int, merges [][2]string) (*bpe, err
 		suffix:       nonEmpty(opt.EndOfWordSuffix),
 		cache:        make(map[string][]int),
 		rawCache:     make(map[string][]int),
-	}
-	if err := m.buildReverse(); err != nil {
-		return nil, err
 	}
 	if opt.UnkToken != nil {
 		id, ok := vocab[*opt.UnkToken]
@@ -157,33 +106,6 @@ func (m *bpe) setupBytePath() {
 	m.bytePath = true
 }
 
-// buildReverse fills the id -> token table. Ids must be dense enough for
-// a table: a vocab whose largest id is far beyond its size is rejected.
-func (m *bpe) buildReverse() error {
-	maxID := -1
-	for _, id := range m.vocab {
-		maxID = max(maxID, id)
-	}
-	if maxID >= 2*len(m.vocab)+1<<16 {
-		return fmt.Errorf("model: vocab of %d tokens has id %d: ids too sparse", len(m.vocab), maxID)
-	}
-	m.vocabR = make([]string, maxID+1)
-	m.hasID = make([]bool, maxID+1)
-	for tok, id := range m.vocab {
-		m.vocabR[id] = tok
-		m.hasID[id] = true
-	}
-	return nil
-}
-
-// idToToken returns the vocabulary string of id.
-func (m *bpe) idToToken(id int) (string, bool) {
-	if id < 0 || id >= len(m.vocabR) || !m.hasID[id] {
-		return "", false
-	}
-	return m.vocabR[id], true
-}
-
 func (m *bpe) buildMerges(merges [][2]string) error {
 	var buf []byte
 	prefixLen := 0
@@ -212,6 +134,14 @@ func (m *bpe) buildMerges(merges [][2]string) error {
 		m.merges.put(pairKey(int32(aID), int32(bID)), mergeVal{rank: int32(i), newID: int32(newID)})
 	}
 	return nil
+}
+
+func (m *bpe) encodeWord(word string, out []int, sc *scratch) ([]int, error) {
+	return m.tokenize(word, out, sc), nil
+}
+
+func (m *bpe) encodeRaw(raw string, out []int, sc *scratch) ([]int, error) {
+	return m.tokenizeBytes(raw, out, sc), nil
 }
 
 // tokenize appends the ids of one pre-token to out.

@@ -41,6 +41,11 @@ type component struct {
 	IndividualDigits bool   `json:"individual_digits"`
 	Delimiter        string `json:"delimiter"`
 
+	CleanText          *bool `json:"clean_text"`
+	HandleChineseChars *bool `json:"handle_chinese_chars"`
+	StripAccents       *bool `json:"strip_accents"`
+	Lowercase          *bool `json:"lowercase"`
+
 	Start int `json:"start"`
 	Stop  int `json:"stop"`
 

@@ -151,7 +151,7 @@ func TestDigits(t *testing.T) {
 }
 
 // tinyModel is a BPE model over vocab with no merges.
-func tinyModel(t *testing.T, vocab map[string]int, opt bpeOptions) *bpe {
+func tinyModel(t *testing.T, vocab map[string]int, opt modelFields) *bpe {
 	t.Helper()
 	m, err := newBPE(opt, vocab, [][2]string{})
 	if err != nil {
@@ -186,7 +186,7 @@ func tok(content string, special bool) addedToken {
 }
 
 func TestAddedTokenExtraction(t *testing.T) {
-	empty := tinyModel(t, map[string]int{}, bpeOptions{})
+	empty := tinyModel(t, map[string]int{}, modelFields{})
 	lower := lowercase{}
 	mask := func(lstrip, rstrip bool) addedToken {
 		tk := tok("<mask>", false)
@@ -235,7 +235,7 @@ func TestAddedTokenExtraction(t *testing.T) {
 
 func TestAddedTokenIDs(t *testing.T) {
 	// added_vocabulary.rs can_add_special_tokens.
-	model := tinyModel(t, map[string]int{"test": 0, "tost": 1}, bpeOptions{})
+	model := tinyModel(t, map[string]int{"test": 0, "tost": 1}, modelFields{})
 	av, err := buildAddedVocab([]addedToken{
 		tok("added_token_1", true), tok("added_token_2", true), tok("added_token_2", true),
 		tok("test", true), tok("tost", true), tok("another_two", false),
@@ -277,10 +277,10 @@ func TestAddedTokenIDsMatchFiles(t *testing.T) {
 
 func TestBPEUnknownAndByteFallback(t *testing.T) {
 	unk := "<unk>"
-	fb := tinyModel(t, map[string]int{"<unk>": 0, "<0x61>": 1, "<0x0A>": 2}, bpeOptions{UnkToken: &unk, ByteFallback: true})
-	fuse := tinyModel(t, map[string]int{"<unk>": 0, "a": 1, "b": 2}, bpeOptions{UnkToken: &unk, FuseUnk: true})
-	noFuse := tinyModel(t, map[string]int{"<unk>": 0, "a": 1, "b": 2}, bpeOptions{UnkToken: &unk})
-	noUnk := tinyModel(t, map[string]int{"a": 1, "b": 2}, bpeOptions{})
+	fb := tinyModel(t, map[string]int{"<unk>": 0, "<0x61>": 1, "<0x0A>": 2}, modelFields{UnkToken: &unk, ByteFallback: true})
+	fuse := tinyModel(t, map[string]int{"<unk>": 0, "a": 1, "b": 2}, modelFields{UnkToken: &unk, FuseUnk: true})
+	noFuse := tinyModel(t, map[string]int{"<unk>": 0, "a": 1, "b": 2}, modelFields{UnkToken: &unk})
+	noUnk := tinyModel(t, map[string]int{"a": 1, "b": 2}, modelFields{})
 	cases := []struct {
 		m    *bpe
 		in   string
@@ -302,7 +302,7 @@ func TestBPEMergeOrder(t *testing.T) {
 	// Lowest rank first, leftmost on ties; a merge made earlier can block a
 	// lower-ranked one that would have overlapped it.
 	vocab := map[string]int{"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5, "aa": 6, "aaa": 7}
-	m, err := newBPE(bpeOptions{}, vocab, [][2]string{{"b", "c"}, {"a", "b"}, {"a", "bc"}, {"a", "a"}, {"aa", "a"}})
+	m, err := newBPE(modelFields{}, vocab, [][2]string{{"b", "c"}, {"a", "b"}, {"a", "bc"}, {"a", "a"}, {"aa", "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,11 +58,26 @@ func FuzzEncode(f *testing.F) {
 		llama3 = loadGolden(f, "llama3")
 		llama2 = loadGolden(f, "llama2")
 	}
+	trained := loadTrained(f)
 	f.Fuzz(func(t *testing.T, s string) {
 		if len(s) > 4096 {
 			return
 		}
 		checkRoundTrip(t, tiny, s)
+		for _, tk := range trained { // every model type: no error, ids in range
+			for _, special := range []bool{false, true} {
+				ids, err := tk.Encode(s, special)
+				if err != nil {
+					t.Fatalf("encode %q: %v", s, err)
+				}
+				for _, id := range ids {
+					if _, ok := tk.IDToToken(id); !ok || id >= tk.VocabSize() {
+						t.Fatalf("encode %q: id %d out of vocabulary", s, id)
+					}
+				}
+				_ = tk.Decode(ids, special)
+			}
+		}
 		if llama3 != nil {
 			ids := checkRoundTrip(t, llama3, s)
 			if !strings.Contains(s, "<|") && utf8.ValidString(s) && llama3.Decode(ids, false) != s {
@@ -117,6 +132,23 @@ func checkRoundTrip(t *testing.T, tk *Tokenizer, s string) []int {
 	return ids
 }
 
+// loadTrained loads the tokenizers of every model type in testdata/tokenizers/trained.
+func loadTrained(tb testing.TB) []*Tokenizer {
+	dirs, err := filepath.Glob(filepath.Join(trainedDir(), "*", "tokenizer.json"))
+	if err != nil || len(dirs) == 0 {
+		tb.Fatalf("no trained tokenizers: %v", err)
+	}
+	var out []*Tokenizer
+	for _, path := range dirs {
+		tk, err := Load(path)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, tk)
+	}
+	return out
+}
+
 // findShared is the checked-in copy of the shared ground truth.
 func findShared() string { return filepath.Join("..", "testdata") }
 
@@ -167,6 +199,13 @@ var parseSeeds = []string{
 	    {"type": "Strip", "content": " ", "start": 1, "stop": 0}, {"type": "Metaspace"}, {"type": "ByteLevel"}, {"type": "BPEDecoder"}, {"type": "WordPiece"}]},
 	  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]}}`,
 	`{"model": {"type": "WordPiece", "vocab": {}}}`,
+	`{"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "h": 1, "##é": 2, "##x": 3}, "max_input_chars_per_word": 3}, "normalizer": {"type": "BertNormalizer", "strip_accents": false}}`,
+	`{"model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1}, "unk_token": "b"}, "pre_tokenizer": {"type": "UnicodeScripts"}}`,
+	`{"model": {"type": "WordLevel", "vocab": {"a": 0}}, "normalizer": {"type": "Nmt"}}`,
+	`{"model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0], ["▁", -1.5], ["H", -2], ["é", -3], ["<0x31>", 0]], "byte_fallback": true}}`,
+	`{"model": {"type": "Unigram", "unk_id": null, "vocab": [["a", -1]]}}`,
+	`{"model": {"type": "Unigram", "unk_id": 7, "vocab": [["a", "x"]]}}`,
+	`{"model": {"vocab": [["a", -1], ["b"]]}}`,
 	`{"model": {"vocab": {}, "merges": []}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}}`,
 	`{"model": {"vocab": {}, "merges": []}, "trailing": [1, 2, {"x": [true, false, null, -1.5e3]}]} junk`,
 }

@@ -46,9 +46,10 @@ func loadGolden(t testing.TB, name string) *Tokenizer {
 }
 
 type goldenRecord struct {
-	Text   string   `json:"text"`
-	IDs    []int    `json:"ids"`
-	Tokens []string `json:"tokens"`
+	Text    string   `json:"text"`
+	IDs     []int    `json:"ids"`
+	Tokens  []string `json:"tokens"`
+	Decoded string   `json:"decoded"`
 }
 
 func readJSONL(t testing.TB, path string) []goldenRecord {

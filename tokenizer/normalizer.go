@@ -62,6 +62,16 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 		return replace{m, c.Content}, nil
 	case "ByteLevel":
 		return byteLevelNorm{}, nil
+	case "BertNormalizer":
+		lower := boolOr(c.Lowercase, true)
+		return bertNorm{
+			clean:   boolOr(c.CleanText, true),
+			chinese: boolOr(c.HandleChineseChars, true),
+			accents: boolOr(c.StripAccents, lower), // null: follow lowercase
+			lower:   lower,
+		}, nil
+	case "Nmt":
+		return nmtNorm{}, nil
 	}
 	return nil, fmt.Errorf("unsupported normalizer type %q", c.Type)
 }
@@ -177,4 +187,88 @@ type byteLevelNorm struct{}
 
 func (byteLevelNorm) normalize(s string) (string, error) {
 	return byteLevelString(s), nil
+}
+
+// bertNorm is BertNormalizer: drop NUL, U+FFFD and control characters and
+// turn whitespace into spaces; pad CJK ideographs with spaces; strip
+// accents (NFD, then drop nonspacing marks); lowercase.
+type bertNorm struct{ clean, chinese, accents, lower bool }
+
+func (b bertNorm) normalize(s string) (string, error) {
+	if b.clean || b.chinese {
+		var sb strings.Builder
+		sb.Grow(len(s))
+		for _, r := range s {
+			switch {
+			case b.clean && (r == 0 || r == 0xFFFD || isBertControl(r)):
+			case b.clean && isBertWhitespace(r):
+				sb.WriteByte(' ')
+			case b.chinese && isCJKIdeograph(r):
+				sb.WriteByte(' ')
+				sb.WriteRune(r)
+				sb.WriteByte(' ')
+			default:
+				sb.WriteRune(r)
+			}
+		}
+		s = sb.String()
+	}
+	if b.accents {
+		s = strings.Map(func(r rune) rune {
+			if unicode.Is(unicode.Mn, r) {
+				return -1
+			}
+			return r
+		}, normalizeForm(norm.NFD, s))
+	}
+	if b.lower {
+		s, _ = lowercase{}.normalize(s)
+	}
+	return s, nil
+}
+
+// isBertWhitespace: tab, newline, CR, or Unicode White_Space.
+func isBertWhitespace(r rune) bool {
+	return r == '\t' || r == '\n' || r == '\r' || unicode.IsSpace(r)
+}
+
+// isBertControl is the reference's is_control: general category C (Cc, Cf,
+// Co, Cs, and unassigned Cn), except tab, newline and CR.
+func isBertControl(r rune) bool {
+	if r == '\t' || r == '\n' || r == '\r' {
+		return false
+	}
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs) || !isAssigned(r)
+}
+
+// isAssigned reports whether r has a general category other than Cn.
+func isAssigned(r rune) bool {
+	return unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C)
+}
+
+// isCJKIdeograph is the reference's is_chinese_char (CJK Unified
+// Ideographs, their extensions A-E and the compatibility blocks).
+func isCJKIdeograph(r rune) bool {
+	return (r >= 0x4E00 && r <= 0x9FFF) || (r >= 0x3400 && r <= 0x4DBF) || (r >= 0x20000 && r <= 0x2A6DF) ||
+		(r >= 0x2A700 && r <= 0x2B73F) || (r >= 0x2B740 && r <= 0x2B81F) || (r >= 0x2B920 && r <= 0x2CEAF) ||
+		(r >= 0xF900 && r <= 0xFAFF) || (r >= 0x2F800 && r <= 0x2FA1F)
+}
+
+// nmtNorm is the Nmt normalizer (SentencePiece's nmt_nfkc without the
+// NFKC): drop C0 controls but tab/LF/CR/FF, DEL and two C1 controls, and
+// map tab, LF, FF, CR, U+1680, U+200B-U+200F, U+2028, U+2029, U+2581,
+// U+FEFF and U+FFFD to a space.
+type nmtNorm struct{}
+
+func (nmtNorm) normalize(s string) (string, error) {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 0x1 && r <= 0x8, r == 0xB, r >= 0xE && r <= 0x1F, r == 0x7F, r == 0x8F, r == 0x9F:
+			return -1
+		case r == 0x9, r == 0xA, r == 0xC, r == 0xD, r == 0x1680, r >= 0x200B && r <= 0x200F,
+			r == 0x2028, r == 0x2029, r == 0x2581, r == 0xFEFF, r == 0xFFFD:
+			return ' '
+		}
+		return r
+	}, s), nil
 }

@@ -86,6 +86,8 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 			funcSplit{pred: unicode.IsSpace, behavior: behaviorRemoved},
 			funcSplit{pred: isBertPunctuation, behavior: behaviorIsolated},
 		}, nil
+	case "UnicodeScripts":
+		return unicodeScripts{}, nil
 	case "CharDelimiterSplit":
 		d, size := utf8.DecodeRuneInString(c.Delimiter)
 		if size == 0 || size != len(c.Delimiter) {

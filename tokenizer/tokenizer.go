@@ -1,26 +1,34 @@
 // Package tokenizer owns text <-> token-id conversion for sparkconv: it
-// loads a Hugging Face tokenizer.json and encodes and decodes exactly as the
-// reference Rust `tokenizers` library (0.23) does for BPE models, and it
-// trains small byte-level BPE tokenizers for the project's own fixtures.
+// loads a Hugging Face tokenizer.json of any model type (BPE, WordPiece,
+// WordLevel, Unigram) and encodes and decodes exactly as the reference Rust
+// `tokenizers` library (0.23) does, and it trains small byte-level BPE
+// tokenizers for the project's own fixtures.
 //
 // The encode pipeline mirrors the reference step by step: added tokens with
 // normalized=false are split out of the raw text first, each remaining
 // stretch is normalized, added tokens with normalized=true are split out of
 // the normalized text, the rest is pre-tokenized and each pre-token goes
-// through the BPE model; with add_special_tokens the post-processor adds
+// through the model; with add_special_tokens the post-processor adds
 // its special tokens. Offsets are not tracked (only ids are produced).
 //
-// Supported components: model BPE (string or pair merges, ignore_merges,
+// Supported components: models BPE (string or pair merges, ignore_merges,
 // byte_fallback, unk_token, fuse_unk, continuing_subword_prefix,
-// end_of_word_suffix; dropout is ignored, so encoding is deterministic);
-// normalizers NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents,
-// Replace, Prepend, Append, ByteLevel, Sequence; pre-tokenizers Split,
-// ByteLevel, Metaspace, Digits, Whitespace, WhitespaceSplit, Punctuation,
-// BertPreTokenizer, CharDelimiterSplit, Sequence; post-processors
-// TemplateProcessing (single sequence), Bert/RobertaProcessing, ByteLevel,
-// Sequence; decoders ByteLevel, ByteFallback, Fuse, Strip, Replace,
-// Metaspace, BPEDecoder, WordPiece, Sequence. Anything else is a load
-// error. Truncation and padding settings are ignored.
+// end_of_word_suffix; dropout is ignored, so encoding is deterministic),
+// WordPiece (greedy longest match, continuing_subword_prefix,
+// max_input_chars_per_word), WordLevel, Unigram (Viterbi over piece
+// scores, fused unks, byte_fallback); normalizers NFC, NFD, NFKC, NFKD,
+// Lowercase, Strip, StripAccents, Replace, Prepend, Append, ByteLevel,
+// BertNormalizer, Nmt, Sequence; pre-tokenizers Split, ByteLevel,
+// Metaspace, Digits, Whitespace, WhitespaceSplit, Punctuation,
+// BertPreTokenizer, CharDelimiterSplit, UnicodeScripts, Sequence;
+// post-processors TemplateProcessing (single sequence), Bert/
+// RobertaProcessing, ByteLevel, Sequence; decoders ByteLevel,
+// ByteFallback, Fuse, Strip, Replace, Metaspace, BPEDecoder, WordPiece,
+// Sequence. Anything else (notably the Precompiled normalizer of
+// SentencePiece conversions, FixedLength, CTC) is a load error. Truncation
+// and padding settings are ignored. testdata/tokenizers/trained holds a
+// tokenizer of each model type trained with the reference library, with
+// its ids for the public texts.
 //
 // Split regexes: the reference runs them through Oniguruma. The GPT-2,
 // Qwen2/3, Llama-3 and DeepSeek-V3 patterns are recognized and run by
@@ -45,7 +53,7 @@ import (
 
 // Tokenizer is a loaded tokenizer.json. It is safe for concurrent use.
 type Tokenizer struct {
-	model      *bpe
+	model      model
 	added      *addedVocab
 	normalizer normalizer
 	pre        preTokenizer
@@ -142,7 +150,7 @@ func (t *Tokenizer) parseParts(raw map[string]string) error {
 }
 
 func (t *Tokenizer) computeVocabSize() int {
-	n := len(t.model.vocabR)
+	n := t.model.idLimit()
 	for id := range t.added.byID {
 		n = max(n, id+1)
 	}
@@ -215,10 +223,14 @@ func (t *Tokenizer) encodeText(s string, atStart bool, ids []int, sc *scratch) (
 		}
 	}
 	for _, p := range pieces {
+		var err error
 		if p.raw {
-			ids = t.model.tokenizeBytes(p.s, ids, sc)
+			ids, err = t.model.encodeRaw(p.s, ids, sc)
 		} else {
-			ids = t.model.tokenize(p.s, ids, sc)
+			ids, err = t.model.encodeWord(p.s, ids, sc)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return ids, nil

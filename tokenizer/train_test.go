@@ -60,9 +60,9 @@ func TestTrainByteLevelBPE(t *testing.T) {
 			t.Errorf("vocab %d: <|im_start|> encodes to %v", size, im)
 		}
 		t.Logf("vocab %6d: trained in %v, %d merges, %d bytes of JSON, corpus -> %d tokens (%.2f bytes/token)",
-			size, elapsed.Round(time.Millisecond), tk.model.merges.n, len(data), len(ids), float64(len(corpus))/float64(len(ids)))
-		if size < 131072 && tk.model.merges.n != size-256-len(TrainSpecialTokens) {
-			t.Errorf("vocab %d: %d merges, want %d", size, tk.model.merges.n, size-256-len(TrainSpecialTokens))
+			size, elapsed.Round(time.Millisecond), tk.model.(*bpe).merges.n, len(data), len(ids), float64(len(corpus))/float64(len(ids)))
+		if size < 131072 && tk.model.(*bpe).merges.n != size-256-len(TrainSpecialTokens) {
+			t.Errorf("vocab %d: %d merges, want %d", size, tk.model.(*bpe).merges.n, size-256-len(TrainSpecialTokens))
 		}
 		if size == 2048 && float64(len(corpus))/float64(len(ids)) < 2.5 {
 			t.Errorf("vocab 2048 compresses the corpus only to %.2f bytes/token", float64(len(corpus))/float64(len(ids)))
