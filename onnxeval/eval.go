@@ -25,6 +25,9 @@ type Value struct {
 	Shape []int
 	F     []float32
 	I     []int64
+	// T is F transposed, for a 2-D weight that only MatMul reads (Load
+	// makes it once, so a decode step's product is one MatVecNT).
+	T []float32
 }
 
 // Numel is the element count of shape.
@@ -65,6 +68,7 @@ func Load(m *onnxpb.ModelProto) (*Graph, error) {
 	for _, vi := range g.Output {
 		out.outputs = append(out.outputs, vi.GetName())
 	}
+	out.transposeWeights()
 	for i, n := range g.Node {
 		if n.GetDomain() != "" && n.GetDomain() != "ai.onnx" {
 			return nil, fmt.Errorf("node %d (%s): domain %q is not run by onnxeval", i, n.GetName(), n.GetDomain())
@@ -74,6 +78,39 @@ func Load(m *onnxpb.ModelProto) (*Graph, error) {
 		}
 	}
 	return out, nil
+}
+
+// transposeWeights gives every 2-D float initializer that is read only as
+// MatMul's second input its transpose.
+func (g *Graph) transposeWeights() {
+	other := map[string]bool{}
+	mm := map[string]bool{}
+	for _, n := range g.nodes {
+		for k, in := range n.Input {
+			if n.GetOpType() == "MatMul" && k == 1 {
+				mm[in] = true
+			} else {
+				other[in] = true
+			}
+		}
+	}
+	for name := range mm {
+		v, ok := g.inits[name]
+		if !ok || other[name] || len(v.Shape) != 2 || v.F == nil {
+			continue
+		}
+		k, n := v.Shape[0], v.Shape[1]
+		t := make([]float32, len(v.F))
+		kernels.Parallel(n, func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				for r := range k {
+					t[j*k+r] = v.F[r*n+j]
+				}
+			}
+		})
+		v.T = t
+		g.inits[name] = v
+	}
 }
 
 // Initializer returns a constant of the graph.
@@ -356,9 +393,12 @@ func matMul(_ *onnxpb.NodeProto, in []Value) ([]Value, error) {
 		}
 		c := out[t*m*n : (t+1)*m*n]
 		av, bv := a.F[oa*m*k:(oa+1)*m*k], b.F[ob*k*n:(ob+1)*k*n]
-		if m == 1 && n >= 64 {
+		switch {
+		case m == 1 && b.T != nil && len(b.Shape) == 2:
+			kernels.MatVecNT(c, b.T, av, n, k)
+		case m == 1 && n >= 64:
 			matVecTN(c, av, bv, k, n)
-		} else {
+		default:
 			kernels.Sgemm(false, false, m, n, k, 1, av, k, bv, n, 0, c, n)
 		}
 		for d := len(idx) - 1; d >= 0; d-- {
