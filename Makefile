@@ -47,6 +47,9 @@ demo: build ort
 	$(BIN) export-onnx --model $(DEMO)/model --out $(DEMO)/onnx --layout auto --context 512
 	$(BIN) lint $(DEMO)/onnx/layer_00.onnx
 	$(BIN) verify --model $(DEMO)/model --export $(DEMO)/onnx
+	# the calibrated w8a16 bundle for QNN / AI Hub, simulated in ONNX Runtime
+	$(BIN) qnn-bundle --model $(DEMO)/model --export $(DEMO)/onnx --out $(DEMO)/qnn --precision w8a16
+	$(BIN) lint $(DEMO)/qnn/layer_03.aimet/layer_03.onnx --encodings $(DEMO)/qnn/layer_03.aimet/layer_03.encodings
 	$(BIN) plan --model $(DEMO)/model
 	for b in w8a8 gptq-w4a8 w4a16; do \
 	  $(BIN) eval --base $(DEMO)/model --model $(DEMO)/$$b --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-$$b.html || exit 1; \
