@@ -41,6 +41,10 @@ type Solution interface {
 	Calibration() *Calibration
 	// Module is target t's entry in the report (nil if none).
 	Module(t Int4Target) *ModuleReport
+	// Replaced returns new values for a float tensor the solver changed
+	// (SmoothQuant's folded norms and scaled g_proj), written in the
+	// tensor's dtype instead of the input's bytes.
+	Replaced(name string) ([]float32, bool)
 }
 
 // Calibration is what a calibrated conversion did, recorded in the

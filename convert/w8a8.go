@@ -90,6 +90,11 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 	var tensors []safetensors.Tensor
 	src := map[string]string{}
 	for _, s := range j.Model.Config.Tensors() {
+		if v, ok := replaced(sol, s.Name); ok && s.Kind != spark.KindLinear {
+			tensors = append(tensors, j.replacedTensor(s.Name, v))
+			src[s.Name] = s.Name
+			continue
+		}
 		if s.Kind != spark.KindLinear {
 			tensors = append(tensors, j.Copy(s.Name))
 			src[s.Name] = s.Name
@@ -317,4 +322,26 @@ func (j *Job) w8a8Solved(s spark.TensorSpec, sol Solution) (safetensors.Tensor, 
 		},
 	}
 	return weight, scale
+}
+
+func replaced(sol Solution, name string) ([]float32, bool) {
+	if sol == nil {
+		return nil, false
+	}
+	return sol.Replaced(name)
+}
+
+// replacedTensor writes new values v for the input tensor name, in its
+// dtype and shape.
+func (j *Job) replacedTensor(name string, v []float32) safetensors.Tensor {
+	info, _ := j.Model.Info(name)
+	return safetensors.Tensor{
+		Name: name, DType: info.DType, Shape: info.Shape,
+		Produce: func() ([]byte, error) {
+			if int64(len(v)) != info.NumElements() {
+				return nil, fmt.Errorf("%s: %d new values for %d", name, len(v), info.NumElements())
+			}
+			return dtype.FromFloat32(v, info.DType)
+		},
+	}
 }

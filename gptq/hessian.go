@@ -27,6 +27,10 @@ type Hessian struct {
 	Held   []float32 // [HeldRows, K] rows kept out of H
 	seen   int64     // rows offered, held-out ones included
 	buf    []float32
+	// AbsMax is max |x| per channel over every row, when TrackMax (for
+	// SmoothQuant).
+	AbsMax   []float32
+	TrackMax bool
 }
 
 // NewHessian returns an empty accumulator for K input channels.
@@ -35,6 +39,7 @@ func NewHessian(k int) *Hessian { return &Hessian{K: k, H: make([]float64, k*k)}
 // Reset empties the accumulator, keeping its memory.
 func (h *Hessian) Reset() {
 	clear(h.H)
+	clear(h.AbsMax)
 	h.Tokens, h.seen, h.Held, h.buf = 0, 0, h.Held[:0], h.buf[:0]
 }
 
@@ -45,6 +50,16 @@ func (h *Hessian) HeldRows() int { return len(h.Held) / h.K }
 // calls) goes to Held, the others into H.
 func (h *Hessian) Add(x []float32, rows int) {
 	k := h.K
+	if h.TrackMax {
+		if len(h.AbsMax) != k {
+			h.AbsMax = make([]float32, k)
+		}
+		for r := range rows {
+			for c, v := range x[r*k : (r+1)*k] {
+				h.AbsMax[c] = max(h.AbsMax[c], float32(math.Abs(float64(v))))
+			}
+		}
+	}
 	for r := range rows {
 		row := x[r*k : (r+1)*k]
 		if (h.seen+int64(r))%HoldOut == HoldOut-1 && len(h.Held) < maxHeldRows*k {

@@ -24,6 +24,7 @@ type Calibrator struct {
 	SeqLen   int       // longest chunk in tokens (DefaultSeqLen when 0)
 	Damp     float64   // damping fraction of the mean diagonal (DefaultDamp when 0)
 	ActOrder bool      // static act-order
+	Smooth   float64   // SmoothQuant alpha in (0, 1) before the int8 solve; 0: none
 	Log      io.Writer // warnings and fallbacks; nil: none
 	Quiet    bool      // no progress bar
 }
@@ -174,6 +175,13 @@ func (r *run) prepare() error {
 	H, I, QD := cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()
 	r.hess = map[forward.Point]*Hessian{forward.AttnNorm: NewHessian(H), forward.AttnGated: NewHessian(QD),
 		forward.MLPNorm: NewHessian(H), forward.MLPAct: NewHessian(I)}
+	if c.Smooth > 0 {
+		if r.spec.Grid != convert.GridInt8 {
+			return fmt.Errorf("SmoothQuant (--smooth) is for W8A8 only: it moves activation outliers into the weights, which 4-bit weights cannot absorb")
+		}
+		r.hess[forward.AttnNorm].TrackMax, r.hess[forward.MLPNorm].TrackMax = true, true
+		r.cal.SmoothAlpha = c.Smooth
+	}
 	steps := int64(2 * cfg.NumLayers * len(r.chunks))
 	if r.headTarget() != nil {
 		steps += int64(len(r.chunks))
@@ -251,6 +259,11 @@ func (r *run) solveLayer(i int, l *forward.Layer) error {
 		t0 := time.Now()
 		if factored != lm.input {
 			h.Finish()
+			if r.c.Smooth > 0 {
+				if err := r.smoothInput(i, l, lm.input, h); err != nil {
+					return err
+				}
+			}
 			ferr = Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
 			factored = lm.input
 		}

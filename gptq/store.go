@@ -22,6 +22,7 @@ type store struct {
 	entries map[string]*entry
 	cal     *convert.Calibration
 	method  string
+	repl    map[string][]float32 // float tensors the solve changed (SmoothQuant)
 }
 
 // entry locates one target's result in the file.
@@ -33,7 +34,7 @@ type entry struct {
 	report      *convert.ModuleReport
 }
 
-func newStore(f *os.File) *store { return &store{f: f, entries: map[string]*entry{}, method: "gptq"} }
+func newStore(f *os.File) *store { return &store{f: f, entries: map[string]*entry{}, method: "gptq", repl: map[string][]float32{}} }
 
 // put appends r for the target read from source.
 func (s *store) put(source string, r *Result, rep *convert.ModuleReport) error {
@@ -137,4 +138,19 @@ func (s *store) Module(t convert.Int4Target) *convert.ModuleReport {
 		return e.report
 	}
 	return nil
+}
+
+// replace records new values for a float tensor of the input.
+func (s *store) replace(name string, v []float32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.repl[name] = v
+}
+
+// Replaced returns the new values of a float tensor the solve changed.
+func (s *store) Replaced(name string) ([]float32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.repl[name]
+	return v, ok
 }

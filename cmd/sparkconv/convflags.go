@@ -104,8 +104,8 @@ func (c *calibFlags) register(cmd *cobra.Command) {
 func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
 	f := cmd.Flags()
 	if c.rtn {
-		for _, name := range []string{"samples", "tokens", "seq-len", "damp", "act-order"} {
-			if f.Changed(name) {
+		for _, name := range []string{"samples", "tokens", "seq-len", "damp", "act-order", "smooth"} {
+			if f.Lookup(name) != nil && f.Changed(name) {
 				return nil, usagef("--%s calibrates; it cannot be combined with --rtn", name)
 			}
 		}
@@ -116,6 +116,8 @@ func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
 		return nil, usagef("--damp %g: want a fraction in (0, 1] of the mean Hessian diagonal (default %g)", c.c.Damp, gptq.DefaultDamp)
 	case c.c.Budget < gptq.MinTokens:
 		return nil, usagef("--tokens %d: want at least %d", c.c.Budget, gptq.MinTokens)
+	case c.c.Smooth != 0 && !(c.c.Smooth > 0 && c.c.Smooth < 1):
+		return nil, usagef("--smooth %g: want SmoothQuant's alpha in (0, 1), e.g. 0.8 (0: off)", c.c.Smooth)
 	case c.c.SeqLen < 1:
 		return nil, usagef("--seq-len %d: want at least 1", c.c.SeqLen)
 	}

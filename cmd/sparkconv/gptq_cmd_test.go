@@ -34,6 +34,15 @@ func TestCalibrationFlags(t *testing.T) {
 			}
 		}
 	}
+	for _, c := range [][]string{{"--smooth", "1.5"}, {"--smooth", "-0.2"}, {"--rtn", "--smooth", "0.8"}} {
+		args := append([]string{"w8a8", "--model", m, "--out", filepath.Join(dir, "o")}, c...)
+		if _, errOut, code := run(t, args...); code != 2 || !strings.Contains(errOut, "--smooth") {
+			t.Errorf("%s: exit %d, %s", strings.Join(args, " "), code, errOut)
+		}
+	}
+	if _, _, code := run(t, "gptq", "--model", m, "--out", filepath.Join(dir, "o"), "--smooth", "0.8"); code != 2 {
+		t.Errorf("gptq --smooth: exit %d (the flag is w8a8's)", code)
+	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("wrote %v", entries)
 	}

@@ -139,8 +139,12 @@ func printHeldOut(cmd *cobra.Command, r *convert.Report) {
 		s.rn += t.GPTQ.OutErrRTN
 	}
 	c := r.Calibration
-	fmt.Fprintf(cmd.OutOrStdout(), "%s: GPTQ on %d calibration tokens (%d in the Hessians), damp %g, %d fallbacks; held-out relative output error, mean per module:\n",
-		r.Scheme, c.Tokens, c.HessianTokens, c.DampPercent, len(c.Fallbacks))
+	smooth := ""
+	if c.SmoothAlpha > 0 {
+		smooth = fmt.Sprintf(", SmoothQuant alpha %g", c.SmoothAlpha)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: GPTQ on %d calibration tokens (%d in the Hessians), damp %g%s, %d fallbacks; held-out relative output error, mean per module:\n",
+		r.Scheme, c.Tokens, c.HessianTokens, c.DampPercent, smooth, len(c.Fallbacks))
 	for _, k := range order {
 		s := by[k]
 		fmt.Fprintf(cmd.OutOrStdout(), "  %-12s x%-3d GPTQ %.4g  round-to-nearest %.4g  (%.2fx lower)\n", k, s.n, s.gptq/float64(s.n), s.rn/float64(s.n), s.rn/s.gptq)

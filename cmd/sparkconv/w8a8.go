@@ -10,13 +10,21 @@ func init() {
 	var cf convertFlags
 	var kf calibFlags
 	cmd := &cobra.Command{
-		Use:   "w8a8 --model DIR --out DIR [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn]",
+		Use:   "w8a8 --model DIR --out DIR [--samples FILE] [--tokens N] [--damp F] [--act-order] [--smooth ALPHA] [--rtn]",
 		Short: "Write a compressed-tensors W8A8 int8 checkpoint (per-channel weights) for vLLM",
 		Long: `Quantizes the 5 linears of every layer to int8, symmetric per output channel
 (scale = amax/127.5), with int8 per-token dynamic activations
 declared for vLLM's CompressedTensorsW8A8Int8. g_proj and lm_head stay in the
 input dtype; everything else is copied bit for bit. Scales are amax/127.5 of
 the original weights per channel; the codes come from GPTQ.
+
+--smooth ALPHA applies SmoothQuant first, as llm-compressor's W8A8 recipe
+does (SmoothQuantModifier(smoothing_strength=0.8) then GPTQ): per input
+channel s = max|X|^alpha / max|W|^(1-alpha) of the norms' outputs, folded into
+input_layernorm and post_attention_layernorm (written divided by s) and the
+weights of every linear reading them (multiplied by s), g_proj included (it
+reads the same input as q_k_v_proj; it stays float). The output is still a
+plain compressed-tensors checkpoint that vLLM loads unchanged.
 
 Calibration (default): real GPTQ. The model runs layer by layer on --tokens
 calibration tokens (default 8192, from the corpus built into the binary, or
@@ -61,5 +69,6 @@ in the report. --rtn skips calibration (round to nearest only).`,
 	}
 	cf.register(cmd)
 	kf.register(cmd)
+	cmd.Flags().Float64Var(&kf.c.Smooth, "smooth", 0, "SmoothQuant strength alpha in (0, 1) (llm-compressor uses 0.8): fold per-channel scales into the norms before GPTQ; 0: off")
 	rootCmd.AddCommand(cmd)
 }
