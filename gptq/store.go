@@ -34,7 +34,9 @@ type entry struct {
 	report      *convert.ModuleReport
 }
 
-func newStore(f *os.File) *store { return &store{f: f, entries: map[string]*entry{}, method: "gptq", repl: map[string][]float32{}} }
+func newStore(f *os.File) *store {
+	return &store{f: f, entries: map[string]*entry{}, method: "gptq", repl: map[string][]float32{}}
+}
 
 // put appends r for the target read from source.
 func (s *store) put(source string, r *Result, rep *convert.ModuleReport) error {

@@ -94,9 +94,27 @@ func (c *calibFlags) register(cmd *cobra.Command) {
 	f.BoolVar(&c.c.ActOrder, "act-order", false, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g)")
 	f.BoolVar(&c.rtn, "rtn", false, "round to nearest without calibration (the previous behaviour)")
 	freeForm(cmd, "samples")
-	intIn(cmd, "tokens", gptq.MinTokens, 1<<30)
+	intIn(cmd, "tokens", gptq.MinTokens, 1<<31)
 	intIn(cmd, "seq-len", 1, 1<<20)
-	floatIn(cmd, "damp", 1e-9, 1)
+	checkedBy(cmd, "damp", "a fraction in (0, 1] of the mean Hessian diagonal", func(s string) error {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v > 0 && v <= 1) {
+			return fmt.Errorf("%q is not in (0, 1]", s)
+		}
+		return nil
+	}, "0", "-0.01", "1.5", "NaN", "inf", "", "x")
+}
+
+// registerSmooth adds w8a8's --smooth.
+func (c *calibFlags) registerSmooth(cmd *cobra.Command) {
+	cmd.Flags().Float64Var(&c.c.Smooth, "smooth", 0, "SmoothQuant strength alpha in (0, 1) (llm-compressor uses 0.8): fold per-channel scales into the norms before GPTQ; 0: off")
+	checkedBy(cmd, "smooth", "SmoothQuant's alpha in (0, 1), or 0 for off", func(s string) error {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v == 0 || v > 0 && v < 1) {
+			return fmt.Errorf("%q is not 0 or in (0, 1)", s)
+		}
+		return nil
+	}, "1", "1.5", "-0.2", "NaN", "inf", "", "x")
 }
 
 // solver validates the calibration flags and returns the solver (nil with

@@ -20,10 +20,10 @@ func TestCalibrationFlags(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"--damp", "0"}, "--damp 0"},
-			{[]string{"--damp", "1.5"}, "--damp 1.5"},
-			{[]string{"--tokens", "10"}, "--tokens 10"},
-			{[]string{"--seq-len", "0"}, "--seq-len 0"},
+			{[]string{"--damp", "0"}, "--damp"},
+			{[]string{"--damp", "1.5"}, "--damp"},
+			{[]string{"--tokens", "10"}, "--tokens"},
+			{[]string{"--seq-len", "0"}, "--seq-len"},
 			{[]string{"--rtn", "--samples", "x.txt"}, "--samples calibrates"},
 			{[]string{"--rtn", "--damp", "0.1"}, "--damp calibrates"},
 		} {

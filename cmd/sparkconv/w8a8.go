@@ -69,6 +69,6 @@ in the report. --rtn skips calibration (round to nearest only).`,
 	}
 	cf.register(cmd)
 	kf.register(cmd)
-	cmd.Flags().Float64Var(&kf.c.Smooth, "smooth", 0, "SmoothQuant strength alpha in (0, 1) (llm-compressor uses 0.8): fold per-channel scales into the norms before GPTQ; 0: off")
+	kf.registerSmooth(cmd)
 	rootCmd.AddCommand(cmd)
 }
