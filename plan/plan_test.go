@@ -46,7 +46,7 @@ func TestChooseTargets(t *testing.T) {
 			t.Errorf("%s: %+v %v", target, c, err)
 		}
 	}
-	if c, _ := Choose("phone", "speed", "M"); !strings.Contains(c.Command, "export-onnx") || !strings.Contains(c.Command, "calibrate") {
+	if c, _ := Choose("phone", "speed", "M"); !strings.Contains(c.Command, "export-onnx") || !strings.Contains(c.Command, "qnn-bundle") || !strings.Contains(c.Command, "--precision w8a16") {
 		t.Errorf("phone command %q", c.Command)
 	}
 	if _, err := Choose("mips", "speed", "M"); err == nil || !strings.Contains(err.Error(), "--target") {
