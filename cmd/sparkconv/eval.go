@@ -207,13 +207,6 @@ func openBuild(ef *evalFlags) (eval.Model, func(), error) {
 		}
 		return eval.Forward{M: m}, func() { m.Close() }, nil
 	}
-	lib, err := ortrun.FindORTLib(ef.ortLib)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := ortrun.Init(lib); err != nil {
-		return nil, nil, err
-	}
 	e, err := evalort.Open(ef.export, ef.threads, "")
 	if err != nil {
 		return nil, nil, err
@@ -222,7 +215,8 @@ func openBuild(ef *evalFlags) (eval.Model, func(), error) {
 }
 
 // checkExportContext refuses an export whose caches are too short for the
-// windows and the greedy test, before anything is computed.
+// windows and the greedy test, and loads ONNX Runtime, before anything is
+// computed.
 func checkExportContext(ef *evalFlags) error {
 	if ef.export == "" {
 		return nil
@@ -234,7 +228,11 @@ func checkExportContext(ef *evalFlags) error {
 	if need := max(ef.opt.Ctx-1, 32+ef.opt.GenTokens-1); need > man.Context {
 		return fmt.Errorf("--export %s holds %d positions; --ctx %d and the greedy test need %d (export with --context %d or more, or lower --ctx)", ef.export, man.Context, ef.opt.Ctx, need, need)
 	}
-	return nil
+	lib, err := ortrun.FindORTLib(ef.ortLib)
+	if err != nil {
+		return err
+	}
+	return ortrun.Init(lib)
 }
 
 // printEval prints the figures as llama.cpp's summary does.

@@ -17,7 +17,7 @@ func TestEvalCommand(t *testing.T) {
 	dir := t.TempDir()
 	m, q := filepath.Join(dir, "m"), filepath.Join(dir, "q")
 	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
-	mustRun(t, "w8a8", "--model", m, "--out", q)
+	mustRun(t, "w8a8", "--model", m, "--out", q, "--rtn")
 	base, report := filepath.Join(dir, "base.st"), filepath.Join(dir, "r.html")
 	args := []string{"--json", "eval", "--base", m, "--ctx", "64", "--greedy", "3", "--gen-tokens", "8", "--base-logits", base}
 	var r map[string]any
@@ -92,7 +92,7 @@ func TestBuildGate(t *testing.T) {
 	dir := t.TempDir()
 	m, q := filepath.Join(dir, "m"), filepath.Join(dir, "q")
 	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
-	out, errOut, code := run(t, "w8a8", "--model", m, "--out", q, "--max-kld", "1e-9")
+	out, errOut, code := run(t, "w8a8", "--model", m, "--out", q, "--rtn", "--max-kld", "1e-9")
 	if code != 1 || !strings.Contains(errOut, "fidelity gate failed: mean KLD") || !strings.Contains(out, "eval (built-in held-out text") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -102,7 +102,7 @@ func TestBuildGate(t *testing.T) {
 	if err := os.WriteFile(samples, []byte(parts[0]+"\n---\n"+parts[1]+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, errOut, code = run(t, "w8a8", "--model", m, "--out", filepath.Join(dir, "q1"), "--eval="+samples, "--max-kld", "1"); code != 0 || !strings.Contains(out, "eval (") {
+	if out, errOut, code = run(t, "w8a8", "--model", m, "--out", filepath.Join(dir, "q1"), "--rtn", "--eval="+samples, "--max-kld", "1"); code != 0 || !strings.Contains(out, "eval (") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	var rep struct {
@@ -116,7 +116,7 @@ func TestBuildGate(t *testing.T) {
 		t.Errorf("report eval: %v %v", rep.Eval, err)
 	}
 	q2 := filepath.Join(dir, "q2")
-	if out := mustRun(t, "--json", "w4a16", "--model", m, "--out", q2, "--group", "32", "--eval="+samples, "--min-top1", "0.2"); !strings.Contains(out, `"ppl_ratio"`) {
+	if out := mustRun(t, "--json", "w4a16", "--model", m, "--out", q2, "--group", "32", "--rtn", "--eval="+samples, "--min-top1", "0.2"); !strings.Contains(out, `"ppl_ratio"`) {
 		t.Errorf("--json lacks the eval:\n%s", out)
 	}
 	for _, bad := range [][]string{{"--max-kld", "0"}, {"--max-kld", "NaN"}, {"--min-top1", "1.5"}, {"--eval=/nonexistent"}} {

@@ -90,3 +90,16 @@ func (g *gateFlags) evaluate(cmd *cobra.Command, r *convert.Report, model, out s
 	}
 	return verdict, nil
 }
+
+// finish runs the fidelity gate on a committed build, then print, and
+// returns the gate's verdict.
+func (c *convertFlags) finish(cmd *cobra.Command, r *convert.Report, print func() error) error {
+	verdict, err := c.gate.evaluate(cmd, r, c.opt.Model, c.opt.Out)
+	if err != nil {
+		return err
+	}
+	if err := print(); err != nil {
+		return err
+	}
+	return verdict
+}

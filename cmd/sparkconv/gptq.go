@@ -59,14 +59,7 @@ in the report. --rtn skips calibration (round to nearest only).`,
 			if err != nil {
 				return err
 			}
-			verdict, err := cf.gate.evaluate(cmd, r, opt.Model, opt.Out)
-			if err != nil {
-				return err
-			}
-			if err := finish4bit(cmd, r, o.QuantHead, opt.Out); err != nil {
-				return err
-			}
-			return verdict
+			return cf.finish(cmd, r, func() error { return finish4bit(cmd, r, o.QuantHead, opt.Out) })
 		},
 	}
 	cf.register(cmd)

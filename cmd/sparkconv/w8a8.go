@@ -54,17 +54,15 @@ in the report. --rtn skips calibration (round to nearest only).`,
 			if err != nil {
 				return err
 			}
-			verdict, err := cf.gate.evaluate(cmd, r, opt.Model, opt.Out)
-			if err != nil {
-				return err
-			}
-			if err := printReport(cmd, r, opt.Out); err != nil {
-				return err
-			}
-			if !jsonOut && r.Calibration != nil {
-				printHeldOut(cmd, r)
-			}
-			return verdict
+			return cf.finish(cmd, r, func() error {
+				if err := printReport(cmd, r, opt.Out); err != nil {
+					return err
+				}
+				if !jsonOut && r.Calibration != nil {
+					printHeldOut(cmd, r)
+				}
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)
