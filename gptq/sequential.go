@@ -27,6 +27,10 @@ type Calibrator struct {
 	Smooth   float64   // SmoothQuant alpha in (0, 1) before the int8 solve; 0: none
 	Log      io.Writer // warnings and fallbacks; nil: none
 	Quiet    bool      // no progress bar
+	// OnLayer, if set, is called after each layer with its modules'
+	// records and the forward and solve time it took (for measurements
+	// and logs of long runs).
+	OnLayer func(layer int, mods []*convert.ModuleReport, forward, solve time.Duration)
 }
 
 func (c *Calibrator) defaults() {
@@ -208,7 +212,7 @@ func (r *run) layers() error {
 		for _, h := range r.hess {
 			h.Reset()
 		}
-		t0 := time.Now()
+		t0, fwd0, solve0 := time.Now(), r.fwd, r.solve
 		for k, ch := range r.chunks {
 			if err := r.j.Context().Err(); err != nil {
 				return err
@@ -238,6 +242,15 @@ func (r *run) layers() error {
 			r.bar.Add(1)
 		}
 		r.fwd += time.Since(t0)
+		if r.c.OnLayer != nil {
+			var mods []*convert.ModuleReport
+			for _, lm := range layerModules {
+				if e, ok := r.st.entries[spark.LayerWeight(i, lm.name)]; ok {
+					mods = append(mods, e.report)
+				}
+			}
+			r.c.OnLayer(i, mods, r.fwd-fwd0, r.solve-solve0)
+		}
 		debug.FreeOSMemory()
 	}
 	return nil

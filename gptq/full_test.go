@@ -1,0 +1,50 @@
+package gptq
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"sparkconv/convert"
+)
+
+// TestMeasureFull measures calibrated gptq layer by layer on a full-size
+// checkpoint (SPARKCONV_FULL=DIR, SPARKCONV_FULL_MINUTES=N to stop after N
+// minutes): per layer the forward and solve time, per module the held-out
+// error of GPTQ and of round to nearest, and the peak RSS so far. It is a
+// measurement, not a test; it is skipped without SPARKCONV_FULL.
+func TestMeasureFull(t *testing.T) {
+	in := os.Getenv("SPARKCONV_FULL")
+	if in == "" {
+		t.Skip("set SPARKCONV_FULL to a full-size fixture to measure")
+	}
+	minutes, _ := strconv.Atoi(os.Getenv("SPARKCONV_FULL_MINUTES"))
+	if minutes <= 0 {
+		minutes = 600
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(minutes)*time.Minute)
+	defer cancel()
+	c := &Calibrator{Log: os.Stderr, Quiet: true, OnLayer: func(i int, mods []*convert.ModuleReport, fwd, solve time.Duration) {
+		line := fmt.Sprintf("layer %2d: forward %6.1fs solve %6.1fs rss %5.0f MB |", i, fwd.Seconds(), solve.Seconds(), convert.PeakRSSMB())
+		for k, m := range mods {
+			line += fmt.Sprintf(" %s %.4g/%.4g", layerModules[k].name, m.OutErr, m.OutErrRTN)
+			if m.Method != "gptq" || m.Note != "" {
+				line += "*"
+			}
+		}
+		fmt.Fprintln(os.Stderr, line)
+	}}
+	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 128, QuantHead: true, Solver: c}
+	start := time.Now()
+	r, err := convert.GPTQ(ctx, o)
+	if err != nil {
+		t.Logf("stopped after %v: %v", time.Since(start), err)
+		return
+	}
+	cal := r.Calibration
+	t.Logf("total %.1fs (forward %.1fs, solve %.1fs), peak RSS %.0f MB, %d fallbacks", r.Timing.TotalS, cal.ForwardS, cal.SolveS, r.PeakRSSMB, len(cal.Fallbacks))
+}
