@@ -79,6 +79,21 @@ func printReport(cmd *cobra.Command, r *convert.Report, out string) error {
 	return nil
 }
 
+// calibHelp ends the long help of the calibrated commands.
+const calibHelp = `
+
+Calibration (default): real GPTQ. The model runs layer by layer on --tokens
+calibration tokens (default 8192, from the corpus built into the binary, or
+--samples FILE, repeatable, in calibrate's formats); each layer's input comes
+from the already-quantized layers before it. One Hessian per distinct linear
+input, --damp of its mean diagonal added (default 0.01; more when it is not
+positive definite); the blocked GPTQ solve picks the codes, group parameters
+taken at each group boundary from the error-updated weights. A module whose
+GPTQ output error on held-out tokens is above round to nearest's is solved
+again at damping 0.1; if it still loses, or its Hessian never factors, it is
+rounded to nearest instead, named on stderr, in the report and the config.
+--rtn skips calibration (round to nearest only).`
+
 // calibFlags are the calibration flags of gptq, w4a16 and w8a8.
 type calibFlags struct {
 	c   gptq.Calibrator

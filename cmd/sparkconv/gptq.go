@@ -26,18 +26,7 @@ the lookup): on CPU the bf16 head costs more per decode step than all the
 4-bit layers save.
 
 The model is checked first: vLLM's CPU path needs K and N multiples of 32 and
-a group size that divides K; nothing is written for a model it cannot load.
-
-Calibration (default): real GPTQ. The model runs layer by layer on --tokens
-calibration tokens (default 8192, from the corpus built into the binary, or
---samples FILE, repeatable, in calibrate's formats); each layer's input comes
-from the already-quantized layers before it. One Hessian per distinct linear
-input, --damp of its mean diagonal added (default 0.01; more when it is not
-positive definite); the blocked GPTQ solve picks the codes, group parameters
-taken at each group boundary from the error-updated weights. A module whose
-Hessian never factors, or whose GPTQ output error on held-out tokens is
-above round to nearest's, is rounded to nearest instead, named on stderr and
-in the report. --rtn skips calibration (round to nearest only).`,
+a group size that divides K; nothing is written for a model it cannot load.` + calibHelp,
 		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -30,18 +30,7 @@ the low nibble), which every CPU can use after _convert_weight_to_int4pack_for_c
 
 Parameters come from an MSE search over shrunk ranges (--no-search: plain
 min/max). g_proj, the embeddings and the norms stay in the input dtype.
---quant-head also quantizes the output head (untied from the embedding).
-
-Calibration (default): real GPTQ. The model runs layer by layer on --tokens
-calibration tokens (default 8192, from the corpus built into the binary, or
---samples FILE, repeatable, in calibrate's formats); each layer's input comes
-from the already-quantized layers before it. One Hessian per distinct linear
-input, --damp of its mean diagonal added (default 0.01; more when it is not
-positive definite); the blocked GPTQ solve picks the codes, group parameters
-taken at each group boundary from the error-updated weights. A module whose
-Hessian never factors, or whose GPTQ output error on held-out tokens is
-above round to nearest's, is rounded to nearest instead, named on stderr and
-in the report. --rtn skips calibration (round to nearest only).`,
+--quant-head also quantizes the output head (untied from the embedding).` + calibHelp,
 		Example: "  sparkconv w4a16 --model /tmp/spark-tiny --out /tmp/spark-tiny-w4a16 --quant-head",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

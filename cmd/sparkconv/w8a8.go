@@ -15,8 +15,8 @@ func init() {
 		Long: `Quantizes the 5 linears of every layer to int8, symmetric per output channel
 (scale = amax/127.5), with int8 per-token dynamic activations
 declared for vLLM's CompressedTensorsW8A8Int8. g_proj and lm_head stay in the
-input dtype; everything else is copied bit for bit. Scales are amax/127.5 of
-the original weights per channel; the codes come from GPTQ.
+input dtype; everything else is copied bit for bit. The scales come from
+the original weights, the codes from GPTQ.
 
 --smooth ALPHA applies SmoothQuant first, as llm-compressor's W8A8 recipe
 does (SmoothQuantModifier(smoothing_strength=0.8) then GPTQ): per input
@@ -24,18 +24,7 @@ channel s = max|X|^alpha / max|W|^(1-alpha) of the norms' outputs, folded into
 input_layernorm and post_attention_layernorm (written divided by s) and the
 weights of every linear reading them (multiplied by s), g_proj included (it
 reads the same input as q_k_v_proj; it stays float). The output is still a
-plain compressed-tensors checkpoint that vLLM loads unchanged.
-
-Calibration (default): real GPTQ. The model runs layer by layer on --tokens
-calibration tokens (default 8192, from the corpus built into the binary, or
---samples FILE, repeatable, in calibrate's formats); each layer's input comes
-from the already-quantized layers before it. One Hessian per distinct linear
-input, --damp of its mean diagonal added (default 0.01; more when it is not
-positive definite); the blocked GPTQ solve picks the codes, group parameters
-taken at each group boundary from the error-updated weights. A module whose
-Hessian never factors, or whose GPTQ output error on held-out tokens is
-above round to nearest's, is rounded to nearest instead, named on stderr and
-in the report. --rtn skips calibration (round to nearest only).`,
+plain compressed-tensors checkpoint that vLLM loads unchanged.` + calibHelp,
 		Example: "  sparkconv w8a8 --model /tmp/spark-tiny --out /tmp/spark-tiny-w8a8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
