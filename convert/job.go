@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,6 +27,7 @@ import (
 	"sparkconv/infile"
 	"sparkconv/outdir"
 	"sparkconv/progress"
+	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
@@ -292,7 +294,50 @@ type TensorReport struct {
 	GPTQ *ModuleReport `json:"gptq,omitempty"`
 }
 
-// Totals summarize the quantized tensors.
+// MarshalJSON writes the SNRs as quant.DB (null when infinite) and adds
+// "exact": true for a tensor reproduced without any error (an all-zero or
+// constant tensor), whose SNR is infinite.
+func (t TensorReport) MarshalJSON() ([]byte, error) {
+	type plain TensorReport
+	out := struct {
+		plain
+		SNRdB      quant.DB  `json:"snr_db"`
+		PlainSNRdB *quant.DB `json:"plain_snr_db,omitempty"`
+		Exact      bool      `json:"exact,omitempty"`
+	}{plain: plain(t), SNRdB: quant.DB(t.SNRdB), Exact: t.MaxErr == 0}
+	if t.PlainSNRdB != nil {
+		p := quant.DB(*t.PlainSNRdB)
+		out.PlainSNRdB = &p
+	}
+	return json.Marshal(out)
+}
+
+// MarshalJSON writes the held-out errors as quant.Number: null when the
+// reference output is all zero (a zero weight gives a relative error 0/0).
+func (m ModuleReport) MarshalJSON() ([]byte, error) {
+	type plain ModuleReport
+	return json.Marshal(struct {
+		plain
+		OutErr    quant.Number `json:"held_out_rel_err"`
+		OutErrRTN quant.Number `json:"held_out_rel_err_rtn"`
+	}{plain(m), quant.Number(m.OutErr), quant.Number(m.OutErrRTN)})
+}
+
+// MarshalJSON writes the SNR summaries as quant.DB (null when no tensor
+// had a finite SNR).
+func (t Totals) MarshalJSON() ([]byte, error) {
+	type plain Totals
+	return json.Marshal(struct {
+		plain
+		MinSNRdB       quant.DB `json:"min_snr_db"`
+		MeanSNRdB      quant.DB `json:"mean_snr_db"`
+		MaxSNRdB       quant.DB `json:"max_snr_db"`
+		PlainMeanSNRdB quant.DB `json:"plain_mean_snr_db,omitempty"`
+	}{plain(t), quant.DB(t.MinSNRdB), quant.DB(t.MeanSNRdB), quant.DB(t.MaxSNRdB), quant.DB(t.PlainMeanSNRdB)})
+}
+
+// Totals summarize the quantized tensors. The SNR figures are over the
+// tensors with a finite SNR; Exact counts those reproduced exactly.
 type Totals struct {
 	Quantized      int     `json:"quantized_tensors"`
 	Copied         int     `json:"copied_tensors"`
@@ -303,6 +348,7 @@ type Totals struct {
 	MaxSNRdB       float64 `json:"max_snr_db"`
 	MaxErr         float64 `json:"max_abs_err"`
 	PlainMeanSNRdB float64 `json:"plain_mean_snr_db,omitempty"`
+	Exact          int     `json:"exact_tensors"`
 }
 
 // Timing is wall time in seconds.
@@ -313,23 +359,37 @@ type Timing struct {
 func (r *Report) finish(elapsed time.Duration) {
 	sort.Slice(r.Tensors, func(a, b int) bool { return r.Tensors[a].Name < r.Tensors[b].Name })
 	r.Totals.Quantized = len(r.Tensors)
-	if len(r.Tensors) > 0 {
-		r.Totals.MinSNRdB = r.Tensors[0].SNRdB
-		r.Totals.MaxSNRdB = r.Tensors[0].SNRdB
-	}
+	finite := func(v float64) bool { return !math.IsInf(v, 0) && !math.IsNaN(v) }
+	nan := math.NaN()
+	r.Totals.MinSNRdB, r.Totals.MaxSNRdB = nan, nan
 	var sum, plain float64
+	var n, nPlain int
 	for _, t := range r.Tensors {
+		r.Totals.MaxErr = max(r.Totals.MaxErr, t.MaxErr)
+		if t.MaxErr == 0 {
+			r.Totals.Exact++
+		}
+		if t.PlainSNRdB != nil && finite(*t.PlainSNRdB) {
+			plain += *t.PlainSNRdB
+			nPlain++
+		}
+		if !finite(t.SNRdB) {
+			continue
+		}
+		if n == 0 {
+			r.Totals.MinSNRdB, r.Totals.MaxSNRdB = t.SNRdB, t.SNRdB
+		}
+		n++
 		sum += t.SNRdB
 		r.Totals.MinSNRdB = min(r.Totals.MinSNRdB, t.SNRdB)
 		r.Totals.MaxSNRdB = max(r.Totals.MaxSNRdB, t.SNRdB)
-		r.Totals.MaxErr = max(r.Totals.MaxErr, t.MaxErr)
-		if t.PlainSNRdB != nil {
-			plain += *t.PlainSNRdB
-		}
 	}
-	if n := float64(len(r.Tensors)); n > 0 {
-		r.Totals.MeanSNRdB = sum / n
-		r.Totals.PlainMeanSNRdB = plain / n
+	r.Totals.MeanSNRdB = nan
+	if n > 0 {
+		r.Totals.MeanSNRdB = sum / float64(n)
+	}
+	if nPlain > 0 {
+		r.Totals.PlainMeanSNRdB = plain / float64(nPlain)
 	}
 	r.Timing.TotalS = elapsed.Seconds()
 	r.PeakRSSMB = PeakRSSMB()

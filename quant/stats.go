@@ -1,6 +1,9 @@
 package quant
 
-import "math"
+import (
+	"math"
+	"strconv"
+)
 
 // ErrStats accumulates how well approx reproduces ref over some values.
 // All sums are float64. Merging in a fixed order gives identical results on
@@ -93,3 +96,40 @@ func (b *blockStats) stats(n int) ErrStats {
 	return ErrStats{Count: int64(n), SumSq: b.sumSq, SumErrSq: b.sumErr,
 		MaxAbs: float64(math.Float32frombits(b.maxBits))}
 }
+
+// DB is a decibel figure as it appears in JSON reports: a number when
+// finite, null when infinite (an exact reproduction: no error at all) or
+// undefined (neither signal nor error), which JSON numbers cannot express.
+// Reports pair a null with "exact": true where the reproduction was exact.
+type DB float64
+
+// MarshalJSON writes the number, or null when it is not finite.
+func (d DB) MarshalJSON() ([]byte, error) {
+	f := float64(d)
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+// UnmarshalJSON reads a number, or null as +Inf (what reports write for an
+// exact reproduction).
+func (d *DB) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*d = DB(math.Inf(1))
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return err
+	}
+	*d = DB(f)
+	return nil
+}
+
+// Number is a ratio or error figure in JSON: the number when finite, null
+// when it is not (a relative error of 0/0 when the reference is all zero).
+type Number float64
+
+// MarshalJSON writes the number, or null when it is not finite.
+func (n Number) MarshalJSON() ([]byte, error) { return DB(n).MarshalJSON() }
