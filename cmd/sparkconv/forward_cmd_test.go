@@ -150,8 +150,7 @@ func TestForwardErrors(t *testing.T) {
 		{[]string{"forward", "--model", fwdGoldenTied, "--ids", "1,b"}, 2, `item 2 "b"`},
 		{[]string{"forward", "--model", fwdGoldenTied, "--ids", "1", "--top-k", "0"}, 2, "--top-k"},
 		{[]string{"forward", "--model", fwdGoldenTied, "--ids", "3,512"}, 1, "position 1: token id 512 out of range (vocab_size 512)"},
-		// the golden's placeholder tokenizer is word-level, which --text cannot use
-		{[]string{"forward", "--model", fwdGoldenTied, "--text", "t3 t4"}, 1, "tokenizer"},
+		{[]string{"forward", "--model", fwdGoldenTied, "--text", "t3 t4", "--top-k", "513"}, 2, "vocab_size"},
 	}
 	for _, tc := range tests {
 		_, errOut, code := run(t, tc.args...)
