@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -12,10 +16,10 @@ import (
 func init() {
 	var encodings string
 	cmd := &cobra.Command{
-		Use:   "lint FILE.onnx [--encodings FILE]",
+		Use:   "lint FILE.onnx|DIR... [--encodings FILE]",
 		Short: "Check an ONNX graph against what Qualcomm QNN HTP (QAIRT converter, ORT QNN EP) takes",
 		Long: `Reports every construct of FILE.onnx that QNN HTP rejects or handles badly
-(shared/spec/qnn.md section 3): ops without a converter translation, Erf outside
+(the QNN facts in the README): ops without a converter translation, Erf outside
 the exact-GELU pattern, RMSNorm that is not Pow -> ReduceMean(last axis) -> Add(eps)
 -> Sqrt -> Div -> Mul(weight), Softmax off the last axis, IsNaN/Where guards,
 Reshape allowzero=1, rank-0 axes, dynamic shapes, boolean masks, explicit
@@ -25,21 +29,27 @@ Each finding names its rule, the node and how to fix it. The exit status is 1
 when any finding is an error (warnings alone exit 0); --json prints
 {file, errors, warnings, findings[]} on stdout.
 
+Several files, or a folder (every .onnx below it, e.g. an export-onnx
+folder), are linted one after the other; --json then prints {files: [one
+report per file], errors, warnings}, and the exit status is 1 when any file
+has an error.
+
 With --encodings FILE (an AIMET 1.0.0 encodings file, as qnn-bundle writes) it
 also lints the pair: every encoding names a tensor of the graph (a misnamed
 one is silently re-quantized by QNN), KV inputs and Concat inputs share their
 outputs' grids, bit widths and symmetry are legal for HTP, and no encoding
 sits inside a fusable RMSNorm or GELU pattern.`,
 		Example: `  sparkconv lint out/layer_00.onnx
+  sparkconv lint /tmp/spark-tiny-onnx
   sparkconv lint model.onnx --json | jq '.findings[] | select(.severity=="error")'
   sparkconv lint qnn/layer_00.aimet/layer_00.onnx --encodings qnn/layer_00.aimet/layer_00.encodings`,
 		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usagef("lint takes one FILE.onnx, got %d arguments", len(args))
+			if len(args) == 0 {
+				return usagef("lint takes one or more FILE.onnx or folders")
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return runLint(cmd, args[0], encodings) },
+		RunE: func(cmd *cobra.Command, args []string) error { return lintAll(cmd, args, encodings) },
 	}
 	cmd.Flags().StringVar(&encodings, "encodings", "", "also lint this AIMET encodings file against the graph")
 	freeForm(cmd, "encodings")
@@ -55,16 +65,95 @@ type lintReport struct {
 	Findings  []qnn.Finding `json:"findings"`
 }
 
-func runLint(cmd *cobra.Command, path, encodings string) error {
-	m, err := onnxio.ReadModelFile(path)
+// lintFiles expands the arguments: a folder stands for every .onnx file
+// below it, in name order.
+func lintFiles(args []string) ([]string, error) {
+	var files []string
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			files = append(files, a)
+			continue
+		}
+		var found []string
+		err = filepath.WalkDir(a, func(p string, e os.DirEntry, err error) error {
+			if err == nil && !e.IsDir() && strings.EqualFold(filepath.Ext(p), ".onnx") {
+				found = append(found, p)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%s: no .onnx file in the folder", a)
+		}
+		sort.Strings(found)
+		files = append(files, found...)
+	}
+	return files, nil
+}
+
+// lintAll lints one file as before, or several with one summary.
+func lintAll(cmd *cobra.Command, args []string, encodings string) error {
+	files, err := lintFiles(args)
 	if err != nil {
 		return err
+	}
+	if len(files) == 1 {
+		_, err := runLint(cmd, files[0], encodings, jsonOut)
+		return err
+	}
+	if encodings != "" {
+		return usagef("--encodings pairs with one graph; %d were given", len(files))
+	}
+	var all struct {
+		Files    []lintReport `json:"files"`
+		Errors   int          `json:"errors"`
+		Warnings int          `json:"warnings"`
+	}
+	bad := 0
+	for _, f := range files {
+		rep, err := runLint(cmd, f, "", false)
+		if rep == nil {
+			return err
+		}
+		if rep.Errors > 0 {
+			bad++
+		}
+		all.Files = append(all.Files, *rep)
+		all.Errors += rep.Errors
+		all.Warnings += rep.Warnings
+	}
+	if jsonOut {
+		if err := printJSON(all); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "%d files: %d errors, %d warnings\n", len(files), all.Errors, all.Warnings)
+	}
+	if all.Errors > 0 {
+		return reported(fmt.Errorf("%d QNN lint errors in %d of %d files", all.Errors, bad, len(files)))
+	}
+	return nil
+}
+
+// runLint lints one graph (and its encodings); asJSON prints its report
+// as the command's JSON document, else the human lines go to stdout unless
+// --json is set.
+func runLint(cmd *cobra.Command, path, encodings string, asJSON bool) (*lintReport, error) {
+	m, err := onnxio.ReadModelFile(path)
+	if err != nil {
+		return nil, err
 	}
 	rep := lintReport{File: path, Findings: qnn.Lint(m)}
 	if encodings != "" {
 		enc, err := qnn.ReadEncodings(encodings)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rep.Encodings = encodings
 		rep.Findings = append(rep.Findings, qnn.LintEncodings(m, enc)...)
@@ -73,11 +162,11 @@ func runLint(cmd *cobra.Command, path, encodings string) error {
 		rep.Findings = []qnn.Finding{}
 	}
 	rep.Errors, rep.Warnings = qnn.Count(rep.Findings)
-	if jsonOut {
+	if asJSON {
 		if err := printJSON(rep); err != nil {
-			return err
+			return &rep, err
 		}
-	} else {
+	} else if !jsonOut {
 		out := cmd.OutOrStdout()
 		for _, f := range rep.Findings {
 			fmt.Fprintln(out, f)
@@ -85,7 +174,7 @@ func runLint(cmd *cobra.Command, path, encodings string) error {
 		fmt.Fprintf(out, "%s: %d errors, %d warnings (%d nodes)\n", path, rep.Errors, rep.Warnings, len(m.GetGraph().GetNode()))
 	}
 	if rep.Errors > 0 {
-		return reported(fmt.Errorf("%s: %d QNN lint errors", path, rep.Errors))
+		return &rep, reported(fmt.Errorf("%s: %d QNN lint errors", path, rep.Errors))
 	}
-	return nil
+	return &rep, nil
 }

@@ -66,3 +66,34 @@ func TestLintAndSanitizeCommands(t *testing.T) {
 		t.Errorf("sanitize over an existing output: exit %d %s", code, errOut)
 	}
 }
+
+// TestLintSeveralFilesAndFolder: lint takes several files or a folder
+// (every .onnx below it) and sums their findings.
+func TestLintSeveralFilesAndFolder(t *testing.T) {
+	m := tinyModel(t)
+	out := filepath.Join(t.TempDir(), "onnx")
+	mustRun(t, "export-onnx", "--model", m, "--out", out)
+	stdout := mustRun(t, "--json", "lint", out, filepath.Join(out, "embed.onnx"))
+	var rep struct {
+		Files []struct {
+			File string `json:"file"`
+		} `json:"files"`
+		Errors int `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	// tiny: embed, 4 layers, head, then embed again.
+	if len(rep.Files) != 7 || rep.Errors != 0 || !strings.HasSuffix(rep.Files[6].File, "embed.onnx") {
+		t.Errorf("lint of a folder and a file: %s", stdout)
+	}
+	if _, errOut, code := run(t, "lint", t.TempDir()); code != 1 || !strings.Contains(errOut, "no .onnx file") {
+		t.Errorf("empty folder: exit %d %s", code, errOut)
+	}
+	if _, _, code := run(t, "lint"); code != 2 {
+		t.Errorf("no argument: exit %d", code)
+	}
+	if _, errOut, code := run(t, "lint", out, "--encodings", "x.json"); code != 2 || !strings.Contains(errOut, "one graph") {
+		t.Errorf("--encodings with a folder: exit %d %s", code, errOut)
+	}
+}
