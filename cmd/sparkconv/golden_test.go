@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The sha256 of every file each command writes for the tiny fixture is
+// kept in testdata/golden-outputs.json, so any change to any output's
+// bytes shows up in review. After an intended change, regenerate with
+//
+//	go test ./cmd/sparkconv -run TestGoldenOutputs -update
+//
+// and say in the commit why the bytes changed. To cover a new command or
+// option, add a row to goldenRuns (args use MODEL for the tiny fixture,
+// OUT for a fresh output path, DIR for a fresh folder the command may
+// write files into) and run with -update.
+var update = flag.Bool("update", false, "rewrite testdata/golden-outputs.json from this run")
+
+const goldenFile = "../../testdata/golden-outputs.json"
+
+var goldenRuns = []struct {
+	name string
+	args []string
+}{
+	{"fixture tiny", []string{"fixture", "--preset", "tiny", "--out", "OUT"}},
+	{"fixture tiny untied 2 shards", []string{"fixture", "--preset", "tiny", "--untied", "--shards", "2", "--out", "OUT"}},
+	{"w8a8 --rtn", []string{"w8a8", "--rtn", "--model", "MODEL", "--out", "OUT"}},
+	{"w4a16 --rtn --quant-head", []string{"w4a16", "--rtn", "--quant-head", "--model", "MODEL", "--out", "OUT"}},
+	{"gptq --rtn --quant-head", []string{"gptq", "--rtn", "--quant-head", "--model", "MODEL", "--out", "OUT"}},
+	{"calibrate", []string{"calibrate", "--model", "MODEL", "--samples", "../../fixtures/corpus/calib.txt", "--out", "OUT"}},
+	{"export-onnx", []string{"export-onnx", "--model", "MODEL", "--out", "OUT"}},
+	{"export-onnx fp16 block", []string{"export-onnx", "--model", "MODEL", "--out", "OUT", "--dtype", "fp16", "--granularity", "block"}},
+	{"forward --dump", []string{"forward", "--model", "MODEL", "--ids", "1,2,3,4,5", "--dump", "DIR/dump.safetensors"}},
+}
+
+// volatileKeys are JSON keys whose values differ run to run (timings,
+// memory); they are dropped before hashing a .json file.
+var volatileKeys = map[string]bool{
+	"seconds": true, "total_s": true, "peak_rss_mb": true, "solve_s": true, "timing": true,
+	"forward_s": true, "tokens_per_s": true, "mb_per_s": true,
+}
+
+// goldenHash hashes a written file. JSON files are hashed after dropping
+// volatileKeys and writing the run's temporary paths as $TMP.
+func goldenHash(t *testing.T, path, tmp string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(path, ".json") {
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		v = dropVolatile(v)
+		if b, err = json.Marshal(v); err != nil {
+			t.Fatal(err)
+		}
+		b = bytes.ReplaceAll(b, []byte(tmp), []byte("$TMP"))
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func dropVolatile(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if volatileKeys[k] {
+				delete(x, k)
+			} else {
+				x[k] = dropVolatile(e)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = dropVolatile(e)
+		}
+	}
+	return v
+}
+
+// TestGoldenOutputs runs every row of goldenRuns and compares the sha256
+// of each file written with testdata/golden-outputs.json.
+func TestGoldenOutputs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every command on the tiny fixture")
+	}
+	tmp := t.TempDir()
+	model := filepath.Join(tmp, "model")
+	mustRun(t, "fixture", "--preset", "tiny", "--out", model)
+	got := map[string]map[string]string{}
+	for i, r := range goldenRuns {
+		out := filepath.Join(tmp, "out"+string(rune('a'+i)))
+		dir := filepath.Join(tmp, "dir"+string(rune('a'+i)))
+		os.Mkdir(dir, 0o755)
+		args := make([]string, len(r.args))
+		for k, a := range r.args {
+			a = strings.ReplaceAll(a, "MODEL", model)
+			a = strings.ReplaceAll(a, "OUT", out)
+			args[k] = strings.ReplaceAll(a, "DIR", dir)
+		}
+		mustRun(t, args...)
+		files := map[string]string{}
+		for _, root := range []string{out, dir} {
+			filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+				if err == nil && !e.IsDir() {
+					rel, _ := filepath.Rel(root, p)
+					files[rel] = goldenHash(t, p, tmp)
+				}
+				return nil
+			})
+		}
+		if len(files) == 0 {
+			t.Errorf("%s wrote no file", r.name)
+		}
+		got[r.name] = files
+	}
+	if *update {
+		b, _ := json.MarshalIndent(got, "", "  ")
+		if err := os.WriteFile(goldenFile, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", goldenFile)
+		return
+	}
+	b, err := os.ReadFile(goldenFile)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	var want map[string]map[string]string
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if _, ok := got[n]; !ok {
+			t.Errorf("%s: in the golden file but not in goldenRuns", n)
+		}
+	}
+	for _, r := range goldenRuns {
+		w, g := want[r.name], got[r.name]
+		if w == nil {
+			t.Errorf("%s: no golden hashes (run with -update)", r.name)
+			continue
+		}
+		for f, h := range g {
+			if w[f] == "" {
+				t.Errorf("%s: new file %s (run with -update if intended)", r.name, f)
+			} else if w[f] != h {
+				t.Errorf("%s: %s changed bytes: sha256 %s, golden %s (run with -update if intended, and say why)", r.name, f, h, w[f])
+			}
+		}
+		for f := range w {
+			if _, ok := g[f]; !ok {
+				t.Errorf("%s: %s is no longer written", r.name, f)
+			}
+		}
+	}
+}
