@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"sparkconv/onnxio"
@@ -296,4 +297,21 @@ func LayerSuffix(kind string, i int) string {
 		return fmt.Sprintf("_L%d", i)
 	}
 	return ""
+}
+
+// GraphOrder is the order a token flows through an export's graphs: embed,
+// the layer or block graphs by first layer, head.
+func GraphOrder(man *Manifest) []GraphEntry {
+	rank := func(g GraphEntry) int {
+		switch g.Kind {
+		case KindEmbed:
+			return -1
+		case KindHead:
+			return 1 << 30
+		}
+		return g.LayerInfos()[0].Layer
+	}
+	gs := append([]GraphEntry(nil), man.Graphs...)
+	sort.SliceStable(gs, func(a, b int) bool { return rank(gs[a]) < rank(gs[b]) })
+	return gs
 }

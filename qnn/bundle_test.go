@@ -45,7 +45,7 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec Precision) (export
 	os.MkdirAll(filepath.Join(out, QDQDir), 0o755)
 	held = map[string][]Sample{}
 	var qdq []onnxgraph.GraphEntry
-	for _, e := range GraphOrder(man) {
+	for _, e := range onnxgraph.GraphOrder(man) {
 		res, qe, h, err := BundleGraph(export, out, tr, e, pos, prec, MaskClip)
 		if err != nil {
 			t.Fatal(err)

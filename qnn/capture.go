@@ -51,23 +51,6 @@ func SamplePositions(n, held, last int) (calib, hold []int) {
 	return calib, hold
 }
 
-// GraphOrder is the order a token flows through an export's graphs: embed,
-// the layer or block graphs by first layer, head.
-func GraphOrder(man *onnxgraph.Manifest) []onnxgraph.GraphEntry {
-	rank := func(g onnxgraph.GraphEntry) int {
-		switch g.Kind {
-		case onnxgraph.KindEmbed:
-			return -1
-		case onnxgraph.KindHead:
-			return 1 << 30
-		}
-		return g.LayerInfos()[0].Layer
-	}
-	gs := append([]onnxgraph.GraphEntry(nil), man.Graphs...)
-	sort.SliceStable(gs, func(a, b int) bool { return rank(gs[a]) < rank(gs[b]) })
-	return gs
-}
-
 // Trace is the reference forward's record of a calibration stream: per
 // position the residual entering every layer and leaving the last, every
 // layer's key (after RoPE) and value, and the logits at the held-out

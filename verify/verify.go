@@ -204,7 +204,7 @@ func Run(ctx context.Context, ref *forward.Model, dirs []string, o Options) (*Re
 		v.ids[p] = rng.IntN(c.VocabSize)
 	}
 	var fileErrs []string
-	for _, g := range graphOrder(man) {
+	for _, g := range onnxgraph.GraphOrder(man) {
 		bad, err := v.runGraph(g)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", g.File, err)
@@ -438,23 +438,6 @@ func (v *verifier) initCaches(opt ortrun.RunnerOptions) error {
 		}
 	}
 	return nil
-}
-
-// graphOrder is the order a token flows through the graphs: embed, the
-// layer or block graphs by first layer, head.
-func graphOrder(man *onnxgraph.Manifest) []onnxgraph.GraphEntry {
-	rank := func(g onnxgraph.GraphEntry) int {
-		switch g.Kind {
-		case onnxgraph.KindEmbed:
-			return -1
-		case onnxgraph.KindHead:
-			return 1 << 30
-		}
-		return g.LayerInfos()[0].Layer
-	}
-	gs := append([]onnxgraph.GraphEntry(nil), man.Graphs...)
-	sort.SliceStable(gs, func(a, b int) bool { return rank(gs[a]) < rank(gs[b]) })
-	return gs
 }
 
 // runGraph opens one graph, checks its file against the manifest, runs

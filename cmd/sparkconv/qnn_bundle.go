@@ -218,7 +218,7 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 			Observed: pos.Observe, Positions: calibPos, HeldOut: heldPos, Seconds: round2(traced.Seconds())},
 		Mask: qnn.BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{f.maskClip, 0},
 			Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}}
-	graphs := qnn.GraphOrder(man)
+	graphs := onnxgraph.GraphOrder(man)
 	bar := progress.New(int64(len(graphs)), "qnn-bundle", false)
 	var qdq []onnxgraph.GraphEntry
 	worst, worstName := math.Inf(1), ""
