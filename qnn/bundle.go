@@ -272,16 +272,17 @@ type BundleExport struct {
 
 // BundleCalibration records what was calibrated.
 type BundleCalibration struct {
-	Source     string  `json:"source"`
-	TextSHA256 string  `json:"text_sha256"`
-	Samples    int     `json:"samples"`
-	Tokens     int     `json:"tokens"`
-	Observed   []int   `json:"observed_positions"`
-	Positions  []int   `json:"positions"`
-	HeldOut    []int   `json:"held_out_positions"`
-	Seconds    float64 `json:"trace_seconds"`
-	// CalibrateSeconds is the time of the range runs and the files.
-	CalibrateSeconds float64 `json:"calibrate_seconds"`
+	Source     string `json:"source"`
+	TextSHA256 string `json:"text_sha256"`
+	Samples    int    `json:"samples"`
+	Tokens     int    `json:"tokens"`
+	Observed   []int  `json:"observed_positions"`
+	Positions  []int  `json:"positions"`
+	HeldOut    []int  `json:"held_out_positions"`
+	// Timings are not part of bundle.json (its bytes depend only on the
+	// inputs); the command reports them.
+	Seconds          float64 `json:"-"`
+	CalibrateSeconds float64 `json:"-"`
 }
 
 // BundleMask says how the additive mask is encoded.
@@ -295,7 +296,7 @@ type BundleMask struct {
 type BundleSimulation struct {
 	Runtime  string  `json:"runtime"`
 	Optimize string  `json:"ort_optimize"`
-	Seconds  float64 `json:"seconds"`
+	Seconds  float64 `json:"-"`
 	MinSNR   float64 `json:"min_layer_snr_db"`
 	BarDB    float64 `json:"bar_db"`
 }

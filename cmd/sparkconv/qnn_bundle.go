@@ -279,7 +279,12 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		return err
 	}
 	if jsonOut {
-		return printJSON(b)
+		return printJSON(struct {
+			*qnn.Bundle
+			Out     string             `json:"out"`
+			Timings map[string]float64 `json:"timing"`
+		}{b, f.out, map[string]float64{"trace_s": b.Calibration.Seconds, "calibrate_s": b.Calibration.CalibrateSeconds,
+			"simulate_s": b.Simulation.Seconds, "total_s": round2(time.Since(start).Seconds())}})
 	}
 	printBundle(cmd, b, f.out, time.Since(start), true)
 	return nil
