@@ -94,6 +94,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		}
 		absmax[p.Name] = ParamAbsMax(v.F, dims, p.Axis)
 	}
+	g = nil // the interpreter's float32 copy of the weights is done with
 	enc, err := plan.Encodings(prec, ranges, fixed, absmax)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)

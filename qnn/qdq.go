@@ -25,8 +25,15 @@ const QDQDomain = "com.microsoft"
 // outputs see the quantized value. Tensors without an encoding (the
 // interiors of fused patterns) stay float. m is not modified.
 func QDQModel(m *onnxpb.ModelProto, enc *Encodings, params []Param) (*onnxpb.ModelProto, error) {
+	// Clone all but the initializers (shared, read only: a 1 GB head is
+	// not copied a second time).
+	src := m.GetGraph()
+	weights := src.GetInitializer()
+	src.Initializer = nil
 	out := proto.Clone(m).(*onnxpb.ModelProto)
+	src.Initializer = weights
 	g := out.Graph
+	g.Initializer = weights
 	acts := map[string]Encoding{}
 	for _, e := range enc.Activations {
 		acts[e.Name] = e
