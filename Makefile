@@ -55,6 +55,7 @@ demo: build ort
 	  $(BIN) eval --base $(DEMO)/model --model $(DEMO)/$$b --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-$$b.html || exit 1; \
 	done
 	$(BIN) eval --base $(DEMO)/model --export $(DEMO)/onnx --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-onnx.html
+	$(BIN) eval --base $(DEMO)/model --export $(DEMO)/qnn/qdq --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-qnn-w8a16.html
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
