@@ -34,7 +34,8 @@ quantized as the runtime's kernel does it (W4A8 and W8A8: int8 per token;
 W4A16: bf16). --text is
 encoded with the model folder's tokenizer.json (with its special tokens);
 --ids gives the ids directly. --dump writes, for every position, the tensors of
-shared/golden/*/expected.safetensors under the same names: input_ids, logits
+the reference dumps in testdata/golden/*/expected.safetensors under the same
+names: input_ids, logits
 [T,V], hidden_in.{i} [T,H], key.{i} and value.{i} [T,KV,D] (keys after RoPE),
 hidden_out and final_norm [T,H]. An existing dump file is replaced only with
 --force.`,
