@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 
+	"sparkconv/infile"
 	"sparkconv/onnxio"
 )
 
@@ -136,7 +136,7 @@ func (m *Manifest) Marshal() ([]byte, error) {
 // ReadManifest reads and checks dir/manifest.json.
 func ReadManifest(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestFile)
-	data, err := os.ReadFile(path)
+	data, err := infile.ReadFile(path, infile.ManifestMax)
 	if err != nil {
 		return nil, err
 	}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 
+	"sparkconv/infile"
 	"sparkconv/onnxpb"
 
 	"golang.org/x/sys/unix"
@@ -20,15 +20,11 @@ import (
 // read into the heap, so a model is held once (as parsed messages), not
 // twice. External data files are not opened.
 func ReadModelFile(path string) (*onnxpb.ModelProto, error) {
-	f, err := os.Open(path)
+	f, st, err := infile.Open(path) // regular files only, never blocks on a FIFO
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	switch {
 	case st.IsDir():
 		return nil, fmt.Errorf("%s is a folder, not an .onnx file", path)
@@ -76,15 +72,11 @@ func ExternalLocations(m *onnxpb.ModelProto) []string {
 // lint of a multi-GB export needs: every node and constant as written, in
 // a few MB of memory instead of a copy of the weights.
 func ReadStructure(path string, maxRaw int) (*onnxpb.ModelProto, error) {
-	f, err := os.Open(path)
+	f, st, err := infile.Open(path) // regular files only, never blocks on a FIFO
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
 	m, err := DecodeStructure(bufio.NewReaderSize(f, 1<<20), st.Size(), maxRaw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

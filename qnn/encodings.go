@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"strings"
+
+	"sparkconv/infile"
 )
 
 // EncodingsVersion is the AIMET encodings format the bundle writes: 1.0.0,
@@ -232,7 +234,7 @@ func ReadEncodings(path string) (*Encodings, error) {
 	if st.Size() > 256<<20 {
 		return nil, fmt.Errorf("%s is %d bytes; an encodings file of any real graph is far smaller", path, st.Size())
 	}
-	data, err := os.ReadFile(path)
+	data, err := infile.ReadFile(path, 256<<20)
 	if err != nil {
 		return nil, err
 	}

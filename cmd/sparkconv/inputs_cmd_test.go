@@ -117,6 +117,29 @@ func TestHostileInputsNeverHang(t *testing.T) {
 	}
 }
 
+// TestFIFOGraphNeverHangs: a FIFO in place of an .onnx file or an
+// export's manifest.json is refused at once.
+func TestFIFOGraphNeverHangs(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "model.onnx")
+	syscall.Mkfifo(fifo, 0o644)
+	syscall.Mkfifo(filepath.Join(dir, "manifest.json"), 0o644)
+	for _, args := range [][]string{
+		{"lint", fifo},
+		{"sanitize", fifo, "-o", filepath.Join(dir, "out.onnx")},
+		{"verify", "--model", dir, "--export", dir},
+	} {
+		start := time.Now()
+		_, errOut, code := run(t, args...)
+		if code != 1 || !strings.Contains(errOut, "FIFO") {
+			t.Errorf("%v: exit %d: %s", args, code, errOut)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%v: took %v", args, d)
+		}
+	}
+}
+
 // TestInspectConfigOnly: a folder holding only config.json is planned
 // from it, and says so; absurd sizes are refused by field.
 func TestInspectConfigOnly(t *testing.T) {
