@@ -42,14 +42,14 @@ var (
 )
 
 func init() {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+	if envFamily >= familyAVX2 && cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		sgemmAll = append(sgemmAll, avx2Sgemm)
 		dgemmAll = append(dgemmAll, avx2Dgemm)
 		sgemmKern, dgemmKern = avx2Sgemm, avx2Dgemm
 	}
 	// KMOVB in the float64 transpose needs AVX512DQ (every AVX-512 CPU
 	// since Skylake-SP has it).
-	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ {
+	if envFamily >= familyAVX512 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ {
 		addF32ToF64 = func(dst []float64, src []float32) {
 			if len(src) > 0 {
 				_ = dst[len(src)-1]

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/kernels"
 	"sparkconv/outdir"
 	"sparkconv/safetensors"
 )
@@ -122,8 +123,14 @@ func main() {
 	prepare(rootCmd)
 	// A fault on a memory-mapped input that shrank becomes an error naming
 	// the file (on this goroutine; the readers' workers guard their own).
-	err := safetensors.Guard(func() error { return rootCmd.ExecuteContext(ctx) })
-	err = classify(ctx, err)
+	// A SPARKCONV_KERNELS value naming no kernel family is a usage error.
+	err := kernels.EnvError()
+	if err != nil {
+		err = usageError{err}
+	} else {
+		err = safetensors.Guard(func() error { return rootCmd.ExecuteContext(ctx) })
+		err = classify(ctx, err)
+	}
 	if err != nil {
 		var re reportedError
 		if jsonOut && !errors.As(err, &re) {
