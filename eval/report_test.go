@@ -47,6 +47,9 @@ func tinyResult(t *testing.T) (*Result, string) {
 func TestReportBrowser(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
+		if os.Getenv("SPARKCONV_REQUIRE_CHROMIUM") != "" {
+			t.Fatal("chromium not installed and SPARKCONV_REQUIRE_CHROMIUM is set (.ci/run installs it)")
+		}
 		t.Skip("chromium not installed (apt-get install chromium)")
 	}
 	r, q := tinyResult(t)
