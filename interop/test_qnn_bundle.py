@@ -42,18 +42,19 @@ def feeds_of(folder, g):
     return [{k: widen(d[k][i]) for k in d.files} for i in range(n)]
 
 
-# The tiny model's graphs. Against main of 2026-12-01 11:40 two of the
-# bundle's QDQ graphs score below AIMET applying the same bundle's
-# .encodings by more than 1 dB (head 40.64 vs 42.20, layer_02 hidden_out
-# 38.28 vs 39.44; an earlier bundle agreed within 0.09 dB everywhere):
-# reported to the bundle's owner (issue 13). strict: a mark fails as soon
-# as the two agree again, so it cannot outlive the fix.
+# The tiny model's graphs. Run by onnxruntime 1.32.0, two of the bundle's
+# QDQ graphs score more than 1 dB below AIMET applying the same bundle's
+# .encodings (head logits 40.64 vs 42.20, layer_02 hidden_out 38.28 vs
+# 39.44); the same bundle run by onnxruntime 1.31.1 agrees within 0.09 dB on
+# all 14 outputs. So ORT 1.32 executes these QDQ graphs differently (its QDQ
+# optimizations); reported to the bundle's owner (issue 13). Not strict, so a
+# fix can land without this suite going red; an XPASS says the marks can go.
 def _disagrees(g, why):
-    return pytest.param(g, marks=pytest.mark.xfail(strict=True, reason=why))
+    return pytest.param(g, marks=pytest.mark.xfail(strict=False, reason=why))
 
 
-GRAPHS = ["embed", "layer_00", "layer_01", _disagrees("layer_02", "QDQ hidden_out 1.16 dB below AIMET"), "layer_03",
-          _disagrees("head", "QDQ logits 1.56 dB below AIMET")]
+GRAPHS = ["embed", "layer_00", "layer_01", _disagrees("layer_02", "ORT 1.32: QDQ hidden_out 1.16 dB below AIMET (1.31.1: agree)"), "layer_03",
+          _disagrees("head", "ORT 1.32: QDQ logits 1.56 dB below AIMET (1.31.1: agree)")]
 
 
 @pytest.mark.parametrize("g", GRAPHS)
