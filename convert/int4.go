@@ -74,7 +74,7 @@ func (g Grid) recode(dst *quant.Int4Result, m quant.Matrix) {
 	kernels.Parallel(m.N, func(lo, hi int) {
 		row := make([]float32, m.K)
 		for n := lo; n < hi; n++ {
-			w := matrixRow(m, n, row)
+			w := m.Row(n, row)
 			for gi := 0; gi < gpr; gi++ {
 				codes := dst.Codes[n*m.K+gi*dst.Group : n*m.K+(gi+1)*dst.Group]
 				seg := w[gi*dst.Group : (gi+1)*dst.Group]
@@ -86,17 +86,6 @@ func (g Grid) recode(dst *quant.Int4Result, m quant.Matrix) {
 			}
 		}
 	})
-}
-
-// matrixRow returns row n of m as float32 (bf16 widened into buf).
-func matrixRow(m quant.Matrix, n int, buf []float32) []float32 {
-	if m.F32 != nil {
-		return m.F32[n*m.K : (n+1)*m.K]
-	}
-	for i, b := range m.BF16[n*m.K : (n+1)*m.K] {
-		buf[i] = dtype.BF16ToF32(b)
-	}
-	return buf
 }
 
 // plainBlock is the number of weights PlainStats quantizes at a time.

@@ -23,7 +23,7 @@ func RoundToNearest(dst *Result, m quant.Matrix, g Grid) error {
 	kernels.Parallel(n, func(lo, hi int) {
 		buf, deq := make([]float32, k), make([]float32, k)
 		for r := lo; r < hi; r++ {
-			row := matrixRow(m, r, buf)
+			row := m.Row(r, buf)
 			for gi := range k / gs {
 				seg := row[gi*gs : (gi+1)*gs]
 				p := g.fit(seg)
@@ -69,7 +69,7 @@ func heldOutErr(x []float32, t int, m quant.Matrix, g Grid, results ...*Result) 
 		rows := min(nb, m.N-n0)
 		kernels.Parallel(rows, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				copy(w[r*k:(r+1)*k], matrixRow(m, n0+r, w[r*k:(r+1)*k]))
+				copy(w[r*k:(r+1)*k], m.Row(n0+r, w[r*k:(r+1)*k]))
 			}
 		})
 		kernels.Sgemm(false, true, t, rows, k, 1, x, k, w, k, 0, y, rows)

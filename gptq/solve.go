@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"sparkconv/convert"
-	"sparkconv/dtype"
 	"sparkconv/kernels"
 	"sparkconv/quant"
 )
@@ -126,7 +125,7 @@ func (s *solver) panel(n0, n1 int) {
 	kernels.Parallel(p, func(lo, hi int) {
 		orig, deq := make([]float32, k), make([]float32, k)
 		for r := lo; r < hi; r++ {
-			row := matrixRow(s.m, n0+r, orig)
+			row := s.m.Row(n0+r, orig)
 			s.dst.Dequantize(s.g, n0+r, deq)
 			s.stats[r] = quant.Compare(row, deq)
 		}
@@ -139,7 +138,7 @@ func (s *solver) panel(n0, n1 int) {
 // load fills w with row n in processing order, dead channels zeroed; with
 // static groups it fits every group's parameters from that row.
 func (s *solver) load(n int, w []float64, buf []float32) {
-	row := matrixRow(s.m, n, buf)
+	row := s.m.Row(n, buf)
 	f := s.f
 	for _, d := range f.Dead {
 		if d {
@@ -194,15 +193,4 @@ func (s *solver) block(n int, w, e []float64, i1, i2 int, seg []float32) {
 			wi[j] -= d * ui[j]
 		}
 	}
-}
-
-// matrixRow returns row n of m as float32 (bf16 widened into buf).
-func matrixRow(m quant.Matrix, n int, buf []float32) []float32 {
-	if m.F32 != nil {
-		return m.F32[n*m.K : (n+1)*m.K]
-	}
-	for i, b := range m.BF16[n*m.K : (n+1)*m.K] {
-		buf[i] = dtype.BF16ToF32(b)
-	}
-	return buf
 }

@@ -38,6 +38,18 @@ func (m Matrix) check() error {
 	return nil
 }
 
+// Row returns row n as float32: a view of F32, or bf16 widened into buf
+// (len >= K).
+func (m Matrix) Row(n int, buf []float32) []float32 {
+	if m.F32 != nil {
+		return m.F32[n*m.K : (n+1)*m.K]
+	}
+	for i, b := range m.BF16[n*m.K : (n+1)*m.K] {
+		buf[i] = math.Float32frombits(uint32(b) << 16)
+	}
+	return buf[:m.K]
+}
+
 // row returns row n as float32 (widening bf16 into buf, len >= K) and the
 // float32 bits of its largest magnitude (>= infBits if it holds NaN/±Inf),
 // computed in the same pass for bf16 input.
