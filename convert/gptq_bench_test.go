@@ -21,15 +21,7 @@ func BenchmarkGPTQLinear(b *testing.B) {
 			spec := Int4Spec{Target: t, Group: 128, ScaleDType: quant.ScaleF16, Grid: GridSym4,
 				Chooser: RTN{Grid: GridSym4, Search: search}, Parts: GPTQParts(t, 128)}
 			b.Run(fmt.Sprintf("%dx%d/search=%v", sh.n, sh.k, search), func(b *testing.B) {
-				bytes := int64(sh.n * sh.k * 2)
-				b.SetBytes(bytes)
-				c0 := cpuSeconds()
-				for b.Loop() {
-					if _, _, err := EncodeInt4(spec, m); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
+				benchEncodeInt4(b, spec, m)
 			})
 		}
 	}
@@ -57,4 +49,18 @@ func BenchmarkGPTQWrite(b *testing.B) {
 			b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 		})
 	}
+}
+
+// benchEncodeInt4 times EncodeInt4 on one bf16 matrix, in MB/s and MB per
+// CPU-second of its bf16 bytes.
+func benchEncodeInt4(b *testing.B, spec Int4Spec, m quant.Matrix) {
+	bytes := int64(m.N * m.K * 2)
+	b.SetBytes(bytes)
+	c0 := cpuSeconds()
+	for b.Loop() {
+		if _, _, err := EncodeInt4(spec, m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
 }

@@ -513,15 +513,7 @@ func BenchmarkW4A16Linear(b *testing.B) {
 				spec := Int4Spec{Target: tg, Group: 128, ScaleDType: quant.ScaleBF16, Grid: GridAsym4,
 					Chooser: RTN{Grid: GridAsym4, Search: search}, Parts: W4A16Parts(tg, 128, quant.ScaleBF16, pack)}
 				b.Run(fmt.Sprintf("%dx%d/%s/search=%v", sh.n, sh.k, pack, search), func(b *testing.B) {
-					bytes := int64(sh.n * sh.k * 2)
-					b.SetBytes(bytes)
-					c0 := cpuSeconds()
-					for b.Loop() {
-						if _, _, err := EncodeInt4(spec, m); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.ReportMetric(float64(bytes)*float64(b.N)/1e6/(cpuSeconds()-c0), "MB/cpu-s")
+					benchEncodeInt4(b, spec, m)
 				})
 			}
 		}

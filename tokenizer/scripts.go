@@ -72,28 +72,10 @@ func init() {
 		}
 		t := unicode.Scripts[name]
 		for _, r := range t.R16 {
-			for lo := rune(r.Lo); lo <= rune(r.Hi); lo += rune(r.Stride) {
-				hi := lo
-				if r.Stride == 1 {
-					hi = rune(r.Hi)
-				}
-				scriptRanges = append(scriptRanges, scriptRange{lo, hi, i})
-				if r.Stride == 1 {
-					break
-				}
-			}
+			addScriptRange(rune(r.Lo), rune(r.Hi), rune(r.Stride), i)
 		}
 		for _, r := range t.R32 {
-			for lo := rune(r.Lo); lo <= rune(r.Hi); lo += rune(r.Stride) {
-				hi := lo
-				if r.Stride == 1 {
-					hi = rune(r.Hi)
-				}
-				scriptRanges = append(scriptRanges, scriptRange{lo, hi, i})
-				if r.Stride == 1 {
-					break
-				}
-			}
+			addScriptRange(rune(r.Lo), rune(r.Hi), rune(r.Stride), i)
 		}
 	}
 	sort.Slice(scriptRanges, func(a, b int) bool { return scriptRanges[a].lo < scriptRanges[b].lo })
@@ -116,4 +98,16 @@ func fixedScript(r rune) int {
 		return scriptHan
 	}
 	return sc
+}
+
+// addScriptRange appends the runes lo..hi (every stride-th) of script i to
+// scriptRanges: one range when the stride is 1, else one per rune.
+func addScriptRange(lo, hi, stride rune, i int) {
+	if stride == 1 {
+		scriptRanges = append(scriptRanges, scriptRange{lo, hi, i})
+		return
+	}
+	for r := lo; r <= hi; r += stride {
+		scriptRanges = append(scriptRanges, scriptRange{r, r, i})
+	}
 }
