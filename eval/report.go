@@ -121,9 +121,7 @@ func kldHistogram(r *Result) (*plot.Plot, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := plot.New()
-	p.X.Label.Text = "log10 KLD (nats)"
-	p.Y.Label.Text = "tokens"
+	p := labeledPlot("log10 KLD (nats)", "tokens")
 	p.Add(h)
 	return p, nil
 }
@@ -138,9 +136,7 @@ func kldByPosition(r *Result) (*plot.Plot, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := plot.New()
-	p.X.Label.Text = "position in window"
-	p.Y.Label.Text = "mean KLD (nats)"
+	p := labeledPlot("position in window", "mean KLD (nats)")
 	p.Add(l)
 	return p, nil
 }
@@ -154,9 +150,7 @@ func greedyPlot(r *Result) (*plot.Plot, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := plot.New()
-	p.X.Label.Text = "prompt"
-	p.Y.Label.Text = "tokens reproduced"
+	p := labeledPlot("prompt", "tokens reproduced")
 	p.Y.Max = float64(r.Greedy.Tokens)
 	p.Add(b)
 	return p, nil
@@ -169,9 +163,7 @@ func layerPlot(r *Result) (*plot.Plot, error) {
 			xy = append(xy, plotter.XY{X: float64(i), Y: -20 * math.Log10(e)})
 		}
 	}
-	p := plot.New()
-	p.X.Label.Text = "layer"
-	p.Y.Label.Text = "output SNR (dB)"
+	p := labeledPlot("layer", "output SNR (dB)")
 	if len(xy) == 0 {
 		return p, nil
 	}
@@ -192,9 +184,7 @@ func snrPlot(rep *convert.Report) (*plot.Plot, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := plot.New()
-	p.X.Label.Text = "quantized tensor (sorted by name)"
-	p.Y.Label.Text = "weight SNR (dB)"
+	p := labeledPlot("quantized tensor (sorted by name)", "weight SNR (dB)")
 	p.Add(s)
 	return p, nil
 }
@@ -230,3 +220,10 @@ svg { max-width: 100%; height: auto; }
 {{range .Figs}}<h2>{{.Title}}</h2><figure>{{.SVG}}<figcaption>{{.Caption}}</figcaption></figure>
 {{end}}</body></html>
 `))
+
+// labeledPlot is an empty plot with its axis labels.
+func labeledPlot(x, y string) *plot.Plot {
+	p := plot.New()
+	p.X.Label.Text, p.Y.Label.Text = x, y
+	return p
+}
