@@ -149,61 +149,78 @@ func (m *Model) checkCache(i int, lc *LayerCache) error {
 // window (C = window-1 slots holding the latest entries for a sliding
 // layer). Unfilled slots are skipped whatever they hold.
 func (m *Model) DecodeLayer(i int, hidden []float32, pos int, cache *LayerCache) (out, newK, newV []float32, err error) {
-	if H := m.Cfg.HiddenSize; len(hidden) != H {
-		return nil, nil, nil, fmt.Errorf("layer %d: hidden holds %d values, want %d", i, len(hidden), H)
+	return m.DecodeLayers(i, hidden, []int{pos}, []*LayerCache{cache})
+}
+
+// DecodeLayers is DecodeLayer for B independent sequences at once: token b
+// is at position pos[b] of its own sequence, whose layer-i cache is
+// caches[b]; hidden, out are [B, H] and newK, newV [B, KV*D]. The linears
+// run as one [B, in] x [out, in] product, so a batch of greedy decodes
+// reads each weight once per step. B = 1 is exactly DecodeLayer.
+func (m *Model) DecodeLayers(i int, hidden []float32, pos []int, caches []*LayerCache) (out, newK, newV []float32, err error) {
+	B := len(pos)
+	if H := m.Cfg.HiddenSize; B == 0 || len(hidden) != B*H || len(caches) != B {
+		return nil, nil, nil, fmt.Errorf("layer %d: hidden holds %d values for %d positions and %d caches, want %d*%d", i, len(hidden), B, len(caches), B, H)
 	}
-	if err := m.checkCache(i, cache); err != nil {
-		return nil, nil, nil, err
+	for _, lc := range caches {
+		if err := m.checkCache(i, lc); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	l, err := m.Layer(i)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	out, newK, newV = m.decodeAttentionBlock(l, hidden, pos, cache)
-	m.decodeMLPBlock(l, out)
+	out, newK, newV = m.decodeAttentionBlock(l, hidden, pos, caches)
+	m.decodeMLPBlock(l, out, B)
 	return out, newK, newV, nil
 }
 
-// decodeAttentionBlock returns hidden plus the attention half of layer l
-// for one token, and the token's key and value.
-func (m *Model) decodeAttentionBlock(l *Layer, hidden []float32, pos int, cache *LayerCache) (out, newK, newV []float32) {
+// decodeAttentionBlock returns hidden [B, H] plus the attention half of
+// layer l for one token per sequence, and the tokens' keys and values.
+func (m *Model) decodeAttentionBlock(l *Layer, hidden []float32, pos []int, caches []*LayerCache) (out, newK, newV []float32) {
 	c := m.Cfg
+	B := len(pos)
 	H, QD, KVD, NH, D := c.HiddenSize, c.QDim(), c.KVDim(), c.NumHeads, c.HeadDim
 	W := QD + 2*KVD
-	h := make([]float32, H)
+	h := make([]float32, B*H)
 	m.rmsNorm(h, hidden, l.InNorm)
-	qkv := make([]float32, W)
-	kernels.MatVecNT(qkv, l.QKV, m.actIn(l.Act[actQKV], h, H), W, H)
-	gate := make([]float32, NH)
-	kernels.MatVecNT(gate, l.G, m.actIn(l.Act[actG], h, H), NH, H)
+	qkv := make([]float32, B*W)
+	kernels.MatMulNT(qkv, m.actIn(l.Act[actQKV], h, H), l.QKV, B, W, H)
+	gate := make([]float32, B*NH)
+	kernels.MatMulNT(gate, m.actIn(l.Act[actG], h, H), l.G, B, NH, H)
 	kernels.Sigmoid(gate)
-	cos, sin := m.RoPE(l.Index, pos)
-	for hd := range NH + c.NumKVHeads {
-		rotate(qkv[hd*D:(hd+1)*D], cos, sin)
+	newK, newV = make([]float32, B*KVD), make([]float32, B*KVD)
+	att := make([]float32, B*QD)
+	for b, p := range pos {
+		row := qkv[b*W : (b+1)*W]
+		cos, sin := m.RoPE(l.Index, p)
+		for hd := range NH + c.NumKVHeads {
+			rotate(row[hd*D:(hd+1)*D], cos, sin)
+		}
+		copy(newK[b*KVD:(b+1)*KVD], row[QD:QD+KVD])
+		copy(newV[b*KVD:(b+1)*KVD], row[QD+KVD:])
+		m.decodeAttention(row, caches[b], att[b*QD:(b+1)*QD])
 	}
-	newK = append([]float32(nil), qkv[QD:QD+KVD]...)
-	newV = append([]float32(nil), qkv[QD+KVD:]...)
-	att := make([]float32, QD)
-	m.decodeAttention(qkv, cache, att)
-	m.applyGate(att, gate, 1)
-	out = make([]float32, H)
-	kernels.MatVecNT(out, l.O, m.actIn(l.Act[actO], att, QD), H, QD)
+	m.applyGate(att, gate, B)
+	out = make([]float32, B*H)
+	kernels.MatMulNT(out, m.actIn(l.Act[actO], att, QD), l.O, B, H, QD)
 	addInto(out, hidden)
 	return out, newK, newV
 }
 
-// decodeMLPBlock adds the GEGLU half of layer l to x [H].
-func (m *Model) decodeMLPBlock(l *Layer, x []float32) {
+// decodeMLPBlock adds the GEGLU half of layer l to x [B, H].
+func (m *Model) decodeMLPBlock(l *Layer, x []float32, B int) {
 	H, I := m.Cfg.HiddenSize, m.Cfg.IntermediateSize
-	h := make([]float32, H)
+	h := make([]float32, B*H)
 	m.rmsNorm(h, x, l.PostNorm)
-	g, u := make([]float32, I), make([]float32, I)
-	kernels.MatVecNT(g, l.Gate, m.actIn(l.Act[actGate], h, H), I, H)
-	kernels.MatVecNT(u, l.Up, m.actIn(l.Act[actUp], h, H), I, H)
+	g, u := make([]float32, B*I), make([]float32, B*I)
+	kernels.MatMulNT(g, m.actIn(l.Act[actGate], h, H), l.Gate, B, I, H)
+	kernels.MatMulNT(u, m.actIn(l.Act[actUp], h, H), l.Up, B, I, H)
 	m.gelu(g)
 	mulInto(g, u)
-	mlp := make([]float32, H)
-	kernels.MatVecNT(mlp, l.Down, m.actIn(l.Act[actDown], g, I), H, I)
+	mlp := make([]float32, B*H)
+	kernels.MatMulNT(mlp, m.actIn(l.Act[actDown], g, I), l.Down, B, H, I)
 	addInto(x, mlp)
 }
 

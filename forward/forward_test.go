@@ -499,3 +499,56 @@ func must(s string, err error) string {
 	}
 	return s
 }
+
+// TestDecodeLayersBatch decodes three sequences at once, each a prefix of
+// the golden ids at its own position (before and past the sliding window)
+// with its own caches, and checks every row against the golden layer
+// outputs and the batch of one (DecodeLayer) row for row.
+func TestDecodeLayersBatch(t *testing.T) {
+	for _, name := range goldens {
+		g := loadGolden(t, name, Options{})
+		c := g.m.Cfg
+		T, H, W := len(g.ids), c.HiddenSize, c.KVDim()
+		pos := []int{T - 1, T / 2, 3}
+		for i := range c.NumLayers {
+			var caches []*LayerCache
+			in := make([]float32, 0, len(pos)*H)
+			for _, p := range pos {
+				r, err := g.m.Prefill(g.ids[:p], PrefillOptions{Dump: true, Logits: NoLogits})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lc := g.m.NewLayerCache(i, AutoLayout(c, i), T)
+				lc.Fill(r.Key[i], r.Value[i])
+				caches = append(caches, lc)
+				in = append(in, g.ref["hidden_in."+strconv.Itoa(i)][p*H:(p+1)*H]...)
+			}
+			out, k, v, err := g.m.DecodeLayers(i, in, pos, caches)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := "hidden_out"
+			if i+1 < c.NumLayers {
+				next = "hidden_in." + strconv.Itoa(i+1)
+			}
+			for b, p := range pos {
+				one, k1, v1, err := g.m.DecodeLayer(i, in[b*H:(b+1)*H], p, caches[b])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := Compare(g.ref[next][p*H:(p+1)*H], out[b*H:(b+1)*H]); d.SNR < 100 {
+					t.Errorf("%s layer %d row %d (position %d): %s %v", name, i, b, p, next, d)
+				}
+				for _, chk := range []struct{ got, one []float32 }{{out[b*H : (b+1)*H], one}, {k[b*W : (b+1)*W], k1}, {v[b*W : (b+1)*W], v1}} {
+					if d := Compare(chk.one, chk.got); d.SNR < 120 {
+						t.Errorf("%s layer %d row %d: batch vs single %v", name, i, b, d)
+					}
+				}
+			}
+		}
+	}
+	g := loadGolden(t, goldens[0], Options{})
+	if _, _, _, err := g.m.DecodeLayers(0, make([]float32, 2*g.m.Cfg.HiddenSize), []int{0}, nil); err == nil {
+		t.Error("a batch of 2 rows, 1 position and no caches was accepted")
+	}
+}
