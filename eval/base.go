@@ -74,7 +74,7 @@ func WriteBase(path string, base Model, text *Text, opt Options) error {
 	if windows == 0 {
 		return fmt.Errorf("%s: %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), opt.Ctx)
 	}
-	first, count := Scored(opt.Ctx)
+	_, count := Scored(opt.Ctx)
 	V := base.Vocab()
 	prompts := text.Prompts[:min(opt.Prompts, len(text.Prompts))]
 	greedy, err := Generate(base, prompts, opt.GenTokens)
@@ -83,47 +83,35 @@ func WriteBase(path string, base Model, text *Text, opt Options) error {
 	}
 	ids := text.Stream[:windows*opt.Ctx]
 	tensors := []safetensors.Tensor{i64Tensor("ids", [][]int{ids})}
-	w0 := window0{m: base, ids: text.Window(0, opt.Ctx)[:opt.Ctx-1], first: first}
+	bw := &baseWindows{m: base, text: text, opt: opt, n: windows, lp: map[int][]float32{}}
 	if lm, ok := base.(LayerModel); ok {
-		L, H := lm.LayerShape()
-		tensors = append(tensors, safetensors.Tensor{
-			Name: "layers", DType: dtype.F32, Shape: []int64{int64(L), int64(count), int64(H)},
-			Produce: func() ([]byte, error) {
-				if err := w0.run(); err != nil {
-					return nil, err
-				}
-				b := make([]byte, 0, L*count*H*4)
-				for _, l := range w0.layers {
-					b = append(b, f32Bytes(l)...)
-				}
-				w0.layers = nil
-				return b, nil
-			},
-		})
+		if L, H := lm.LayerShape(); L > 0 {
+			bw.layers = true
+			tensors = append(tensors, safetensors.Tensor{
+				Name: "layers", DType: dtype.F32, Shape: []int64{int64(L), int64(count), int64(H)},
+				Produce: func() ([]byte, error) {
+					if err := bw.run(0); err != nil {
+						return nil, err
+					}
+					b := make([]byte, 0, L*count*H*4)
+					for _, l := range bw.layer0 {
+						b = append(b, f32Bytes(l)...)
+					}
+					bw.layer0 = nil
+					return b, nil
+				},
+			})
+		}
 	}
 	for w := range windows {
 		tensors = append(tensors, safetensors.Tensor{
 			Name: "logprobs." + strconv.Itoa(w), DType: dtype.F32, Shape: []int64{int64(count), int64(V)},
 			Produce: func() ([]byte, error) {
-				win := text.Window(w, opt.Ctx)
-				var logits []float32
-				var err error
-				if w == 0 {
-					err = w0.run()
-					logits, w0.logits = w0.logits, nil
-				} else {
-					logits, err = base.Logits(win[:opt.Ctx-1], first)
+				if err := bw.run(w); err != nil {
+					return nil, err
 				}
-				if err != nil {
-					return nil, fmt.Errorf("base, window %d: %w", w, err)
-				}
-				lp := make([]float32, len(logits))
-				for r := range count {
-					LogSoftmax(lp[r*V:(r+1)*V], logits[r*V:(r+1)*V])
-				}
-				if opt.Progress != nil {
-					opt.Progress(1)
-				}
+				lp := bw.lp[w]
+				delete(bw.lp, w)
 				return f32Bytes(lp), nil
 			},
 		})
@@ -138,29 +126,57 @@ func WriteBase(path string, base Model, text *Text, opt Options) error {
 	return safetensors.WriteFile(path, tensors, safetensors.WriteOptions{Metadata: meta}, opt.Force)
 }
 
-// window0 computes window 0 once for both the logits and the per-layer
-// residuals (when the model gives them).
-type window0 struct {
+// baseWindows computes the base's log-probs a batch of windows at a time
+// (RunBatch: a streamed model loads each layer once per batch), keeping
+// them until written; a batch holds at most baseBatchBytes of them.
+type baseWindows struct {
 	m      Model
-	ids    []int
-	first  int
-	done   bool
-	logits []float32
-	layers [][]float32
+	text   *Text
+	opt    Options
+	n      int
+	layers bool              // window 0 also gives the per-layer residuals
+	lp     map[int][]float32 // computed, not yet written
+	layer0 [][]float32       // window 0's residuals, until written
+	done   int               // windows computed
 }
 
-func (w *window0) run() error {
-	if w.done {
+const baseBatchBytes = 512 << 20
+
+// run makes sure window w is computed.
+func (bw *baseWindows) run(w int) error {
+	if w < bw.done {
 		return nil
 	}
-	var err error
-	if lm, ok := w.m.(LayerModel); ok {
-		w.logits, w.layers, err = lm.LogitsLayers(w.ids, w.first)
-	} else {
-		w.logits, err = w.m.Logits(w.ids, w.first)
+	first, count := Scored(bw.opt.Ctx)
+	V := bw.m.Vocab()
+	k := max(1, baseBatchBytes/(4*count*V))
+	var reqs []Request
+	for i := bw.done; i < min(bw.done+k, bw.n); i++ {
+		reqs = append(reqs, Request{IDs: bw.text.Window(i, bw.opt.Ctx)[:bw.opt.Ctx-1], First: first, Layers: i == 0 && bw.layers})
 	}
-	w.done = err == nil
-	return err
+	err := RunBatch(bw.m, reqs, func(i int, out Output) error {
+		w := bw.done + i
+		if len(out.Logits) != count*V {
+			return fmt.Errorf("base, window %d: %d logits, want %d", w, len(out.Logits), count*V)
+		}
+		lp := make([]float32, count*V)
+		for r := range count {
+			LogSoftmax(lp[r*V:(r+1)*V], out.Logits[r*V:(r+1)*V])
+		}
+		bw.lp[w] = lp
+		if w == 0 && bw.layers {
+			bw.layer0 = out.Layers
+		}
+		if bw.opt.Progress != nil {
+			bw.opt.Progress(1)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("base: %w", err)
+	}
+	bw.done += len(reqs)
+	return nil
 }
 
 // Layers returns the base's residual leaving each layer at window 0's

@@ -14,8 +14,8 @@ type Options struct {
 	Prompts   int  // greedy prompts (at most one per sample); 0 skips the test
 	GenTokens int  // greedy tokens generated per prompt (32)
 	Force     bool // recompute the base file even when it exists
-	// Progress, when set, is called with 1 after each window or greedy
-	// step computed.
+	// Progress, when set, is called with 1 after each window computed
+	// (windows run in batches, so it moves a batch at a time).
 	Progress func(n int)
 }
 
@@ -66,42 +66,37 @@ type Result struct {
 	// the SNR in dB is -20 log10 of it).
 	LayerRelErr []float64 `json:"layer_rel_err,omitempty"`
 	Seconds     float64   `json:"seconds"`
-	// TokensPerS is the build's throughput over the windows (tokens run
-	// through the model per second, scored or not).
+	// TokensPerS is the build's throughput: the tokens of the windows and
+	// of the greedy test's sequences run through the model, scored or not,
+	// per second of Seconds.
 	TokensPerS float64 `json:"tokens_per_s"`
 	Tokens     []Token `json:"-"`
 }
 
-// Generate continues each prompt greedily by gen tokens.
+// Generate continues each prompt greedily by gen tokens: the model's own
+// cached decode when it is a Generator, else generateUncached.
 func Generate(m Model, prompts [][]int, gen int) ([][]int, error) {
+	if g, ok := m.(Generator); ok {
+		return g.Greedy(prompts, gen)
+	}
+	return generateUncached(m, prompts, gen)
+}
+
+// generateUncached runs the whole prefix again for every token (one Logits
+// call per prompt and token): the plain definition the cached decode is
+// tested against.
+func generateUncached(m Model, prompts [][]int, gen int) ([][]int, error) {
 	out := make([][]int, len(prompts))
-	if len(prompts) == 0 {
-		return out, nil
-	}
-	seqs := make([][]int, len(prompts))
-	for i, p := range prompts {
-		seqs[i] = append([]int(nil), p...)
-	}
 	V := m.Vocab()
-	for range gen {
-		var next [][]float32
-		if g, ok := m.(Generator); ok {
-			var err error
-			if next, err = g.NextLogits(seqs); err != nil {
+	for i, p := range prompts {
+		seq := append([]int(nil), p...)
+		for range gen {
+			l, err := m.Logits(seq, len(seq)-1)
+			if err != nil {
 				return nil, err
 			}
-		} else {
-			for _, s := range seqs {
-				l, err := m.Logits(s, len(s)-1)
-				if err != nil {
-					return nil, err
-				}
-				next = append(next, l[:V])
-			}
-		}
-		for i := range seqs {
-			id := argmax(next[i])
-			seqs[i] = append(seqs[i], id)
+			id := argmax(l[:V])
+			seq = append(seq, id)
 			out[i] = append(out[i], id)
 		}
 	}
@@ -109,9 +104,11 @@ func Generate(m Model, prompts [][]int, gen int) ([][]int, error) {
 }
 
 // Evaluate scores m against the base file: every window, then the greedy
-// test (teacher-forced on the base's continuation: the build's greedy
-// choice at step s is its argmax after the prompt and the base's first s
-// tokens, which is its own continuation for as long as the two agree).
+// test, all in batches (RunBatch). The greedy test is teacher-forced on
+// the base's continuation: the build's greedy choice at step s is its
+// argmax after the prompt and the base's first s tokens, which is its own
+// continuation for as long as the two agree; so one sequence per prompt
+// tells where the build's own continuation would first differ.
 func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 	if m.Vocab() != b.Vocab {
 		return nil, fmt.Errorf("%s has a vocabulary of %d, the base %d", m.Describe(), m.Vocab(), b.Vocab)
@@ -120,34 +117,54 @@ func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 	first, count := Scored(b.Ctx)
 	V := b.Vocab
 	r := &Result{Base: b.Base, Model: m.Describe(), Text: b.Source, Ctx: b.Ctx, Window: b.Windows()}
-	lp := make([]float32, V)
 	baseLayers, err := b.Layers()
 	if err != nil {
 		return nil, err
 	}
-	lm, layered := m.(LayerModel)
+	withLayers := false
+	if lm, ok := m.(LayerModel); ok && baseLayers != nil {
+		L, _ := lm.LayerShape()
+		withLayers = L > 0
+	}
+	var reqs []Request
+	tokens := 0
 	for w := range b.Windows() {
+		reqs = append(reqs, Request{IDs: b.IDs[w*b.Ctx : (w+1)*b.Ctx-1], First: first, Layers: w == 0 && withLayers})
+	}
+	for i, p := range b.Prompts {
+		cont := b.Greedy[i]
+		reqs = append(reqs, Request{IDs: append(append([]int(nil), p...), cont[:len(cont)-1]...), First: len(p) - 1})
+	}
+	for _, q := range reqs {
+		tokens += len(q.IDs)
+	}
+	g := Greedy{Prompts: len(b.Prompts)}
+	if g.Prompts > 0 {
+		g.Tokens = len(b.Greedy[0])
+	}
+	lp := make([]float32, V)
+	err = RunBatch(m, reqs, func(i int, out Output) error {
+		if i >= b.Windows() {
+			g.check(b.Greedy[i-b.Windows()], out.Logits, V)
+			return nil
+		}
+		w := i
 		win := b.IDs[w*b.Ctx : (w+1)*b.Ctx]
-		var logits []float32
-		var err error
-		if w == 0 && layered && baseLayers != nil {
-			var layers [][]float32
-			logits, layers, err = lm.LogitsLayers(win[:b.Ctx-1], first)
-			if err == nil {
-				r.LayerRelErr, err = layerRelErr(baseLayers, layers)
+		var e error
+		if len(out.Layers) > 0 {
+			if r.LayerRelErr, e = layerRelErr(baseLayers, out.Layers); e != nil {
+				return e
 			}
-		} else {
-			logits, err = m.Logits(win[:b.Ctx-1], first)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("window %d: %w", w, err)
+		base, e := b.LogProbs(w)
+		if e != nil {
+			return e
 		}
-		base, err := b.LogProbs(w)
-		if err != nil {
-			return nil, err
+		if len(out.Logits) != count*V {
+			return fmt.Errorf("window %d: %d logits, want %d", w, len(out.Logits), count*V)
 		}
 		for i := range count {
-			top := LogSoftmax(lp, logits[i*V:(i+1)*V])
+			top := LogSoftmax(lp, out.Logits[i*V:(i+1)*V])
 			row := base[i*V : (i+1)*V]
 			r.Tokens = append(r.Tokens, Score(row, lp, argmax(row), top, win[first+i+1], first+i))
 		}
@@ -155,50 +172,38 @@ func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 		if opt.Progress != nil {
 			opt.Progress(1)
 		}
-	}
-	elapsed := time.Since(start).Seconds()
-	r.TokensPerS = float64(b.Windows()*(b.Ctx-1)) / elapsed
-	r.Stats = Summarize(r.Tokens)
-	r.KLDByPosition = ByPosition(r.Tokens, first, count)
-	g, err := greedyTest(b, m)
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
+	if g.Prompts > 0 {
+		g.PrefixKept /= float64(g.Prompts)
+	}
 	r.Greedy = g
 	r.Seconds = time.Since(start).Seconds()
+	r.TokensPerS = float64(tokens) / r.Seconds
+	r.Stats = Summarize(r.Tokens)
+	r.KLDByPosition = ByPosition(r.Tokens, first, count)
 	return r, nil
 }
 
-func greedyTest(b *BaseLogits, m Model) (Greedy, error) {
-	g := Greedy{Prompts: len(b.Prompts)}
-	if g.Prompts == 0 {
-		return g, nil
+// check adds one prompt: logits [len(cont)*V] are the build's after the
+// prompt and each prefix of the base's continuation cont. PrefixKept
+// accumulates the sum of kept shares (Evaluate divides).
+func (g *Greedy) check(cont []int, logits []float32, V int) {
+	d := len(cont)
+	for s := range cont {
+		if argmax(logits[s*V:(s+1)*V]) != cont[s] {
+			d = s
+			break
+		}
 	}
-	g.Tokens = len(b.Greedy[0])
-	V := m.Vocab()
-	var kept float64
-	for i, p := range b.Prompts {
-		cont := b.Greedy[i]
-		seq := append(append([]int(nil), p...), cont[:len(cont)-1]...)
-		logits, err := m.Logits(seq, len(p)-1)
-		if err != nil {
-			return g, fmt.Errorf("greedy prompt %d: %w", i, err)
-		}
-		d := len(cont)
-		for s := range cont {
-			if argmax(logits[s*V:(s+1)*V]) != cont[s] {
-				d = s
-				break
-			}
-		}
-		g.Diverged = append(g.Diverged, d)
-		if d == len(cont) {
-			g.Exact++
-		}
-		kept += float64(d) / float64(len(cont))
+	g.Diverged = append(g.Diverged, d)
+	if d == len(cont) {
+		g.Exact++
 	}
-	g.PrefixKept = kept / float64(g.Prompts)
-	return g, nil
+	g.PrefixKept += float64(d) / float64(len(cont))
 }
 
 // layerRelErr is sqrt(sum (ref - got)^2 / sum ref^2) per layer.
