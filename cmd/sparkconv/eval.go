@@ -95,7 +95,9 @@ scoring several builds runs the original once (a file made for other text,
 --ctx or greedy settings is refused). --export scores an export-onnx folder
 instead, driven in ONNX Runtime token by token as a phone runtime runs it
 (embed, every layer graph with its ring/roll caches, masks and rope inputs,
-head; each window from empty caches). Without --samples or --ids the held-out
+head; each window from empty caches), graph by graph: one session is open at
+a time and runs every position of every window before the next one opens,
+so memory holds one graph's weights, not the whole export. Without --samples or --ids the held-out
 text built into sparkconv is used (English, code, Chinese and tool calls,
 disjoint from the calibration corpus).`,
 		Example: `  sparkconv eval --base /tmp/spark-tiny --model /tmp/spark-tiny-w8a8
