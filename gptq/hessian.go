@@ -119,6 +119,7 @@ func dampSchedule(d float64) []float64 {
 type Factor struct {
 	K    int
 	U    []float64 // [K, K] row-major, zero below the diagonal
+	U32  []float32 // U rounded to float32: what Solve reads
 	Perm []int     // Perm[i] is the input channel processed i-th
 	Dead []bool    // input channels with diag H = 0 (their weights become 0)
 	// Damp is the damping fraction that factored; Tries how many were tried.
@@ -180,9 +181,15 @@ func Prepare(f *Factor, h []float64, k int, damp float64, actOrder bool) error {
 		})
 		if err := kernels.CholeskyUpperInverse(f.U, k); err == nil {
 			f.Damp = d
+			f.U32 = slices.Grow(f.U32[:0], k*k)[:k*k]
+			kernels.Parallel(k, func(lo, hi int) {
+				for i, v := range f.U[lo*k : hi*k] {
+					f.U32[lo*k+i] = float32(v)
+				}
+			})
 			return nil
 		}
 	}
-	f.Damp = 0
+	f.Damp, f.U32 = 0, f.U32[:0]
 	return ErrNotPD
 }

@@ -68,23 +68,43 @@ func (r *Result) size(n, k, gs int, zeros bool) {
 // and its parameters are fitted up front from the original weights
 // (static groups), so g_idx stays k/g. Weights of dead channels are set to
 // zero first. Stats is the weight error against m.
+//
+// The working copy of W, the errors and the updates are float32 (the
+// factor is computed in float64 and rounded once, f.U32): every update is
+// a float32 GEMM except inside sub-blocks of subBlock columns.
 func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error {
 	n, k := m.N, m.K
 	gs := g.group(k)
-	if f.K != k {
+	if f.K != k || len(f.U32) != k*k {
 		return fmt.Errorf("gptq: factor is for K=%d, matrix is [%d, %d]", f.K, n, k)
 	}
 	if gs <= 0 || k%gs != 0 {
 		return fmt.Errorf("gptq: group size %d does not divide K=%d", gs, k)
 	}
 	dst.size(n, k, gs, g.Kind == convert.GridAsym4)
-	rows := max(1, min(n, panelBytes/(8*k)))
-	s := &solver{m: m, f: f, g: g, dst: dst, gs: gs,
-		w: make([]float64, rows*k), e: make([]float64, rows*BlockSize), stats: make([]quant.ErrStats, rows)}
+	rows := max(1, min(n, panelBytes/(4*k)))
+	s := &solver{m: m, f: f, g: g, dst: dst, gs: gs, sub: subWidth(gs),
+		w: make([]float32, rows*k), e: make([]float32, rows*BlockSize), stats: make([]quant.ErrStats, rows)}
 	for n0 := 0; n0 < n; n0 += rows {
 		s.panel(n0, min(n, n0+rows))
 	}
 	return nil
+}
+
+// subBlock is the width of the sub-blocks inside a block: within one,
+// each column's error is pushed into the sub-block's later columns one by
+// one; the block's later columns get the sub-block's errors with one GEMM.
+const subBlock = 16
+
+// subWidth is the sub-block width for groups of gs: a divisor of
+// subBlock that also divides gs, so every group boundary starts a
+// sub-block and its group's columns are fully updated when it is fitted.
+func subWidth(gs int) int {
+	w := subBlock
+	for gs%w != 0 {
+		w /= 2
+	}
+	return w
 }
 
 // solver is one Solve in progress.
@@ -94,8 +114,9 @@ type solver struct {
 	g     Grid
 	dst   *Result
 	gs    int
-	w     []float64 // [rows, K] panel in processing order
-	e     []float64 // [rows, BlockSize] scaled errors of the current block
+	sub   int       // sub-block width
+	w     []float32 // [rows, K] panel in processing order
+	e     []float32 // [rows, BlockSize] scaled errors of the current block
 	stats []quant.ErrStats
 }
 
@@ -108,18 +129,25 @@ func (s *solver) panel(n0, n1 int) {
 			s.load(n0+r, s.w[r*k:(r+1)*k], orig)
 		}
 	})
-	u := s.f.U
+	u := s.f.U32
 	for i1 := 0; i1 < k; i1 += BlockSize {
 		i2 := min(k, i1+BlockSize)
-		kernels.Parallel(p, func(lo, hi int) {
-			seg := make([]float32, s.gs)
-			for r := lo; r < hi; r++ {
-				s.block(n0+r, s.w[r*k:(r+1)*k], s.e[r*BlockSize:], i1, i2, seg)
+		for j1 := i1; j1 < i2; j1 += s.sub {
+			j2 := min(i2, j1+s.sub)
+			kernels.Parallel(p, func(lo, hi int) {
+				seg := make([]float32, s.gs)
+				for r := lo; r < hi; r++ {
+					s.columns(n0+r, s.w[r*k:(r+1)*k], s.e[r*BlockSize:], i1, j1, j2, seg)
+				}
+			})
+			if j2 < i2 {
+				// W[:, j2:i2] -= E[:, j1:j2] @ U[j1:j2, j2:i2]
+				kernels.Sgemm(false, false, p, i2-j2, j2-j1, -1, s.e[j1-i1:], BlockSize, u[j1*k+j2:], k, 1, s.w[j2:], k)
 			}
-		})
+		}
 		if i2 < k {
 			// W[:, i2:] -= E @ U[i1:i2, i2:]
-			kernels.Dgemm(false, false, p, k-i2, i2-i1, -1, s.e, BlockSize, u[i1*k+i2:], k, 1, s.w[i2:], k)
+			kernels.Sgemm(false, false, p, k-i2, i2-i1, -1, s.e, BlockSize, u[i1*k+i2:], k, 1, s.w[i2:], k)
 		}
 	}
 	kernels.Parallel(p, func(lo, hi int) {
@@ -137,7 +165,7 @@ func (s *solver) panel(n0, n1 int) {
 
 // load fills w with row n in processing order, dead channels zeroed; with
 // static groups it fits every group's parameters from that row.
-func (s *solver) load(n int, w []float64, buf []float32) {
+func (s *solver) load(n int, w []float32, buf []float32) {
 	row := s.m.Row(n, buf)
 	f := s.f
 	for _, d := range f.Dead {
@@ -152,7 +180,7 @@ func (s *solver) load(n int, w []float64, buf []float32) {
 		}
 	}
 	for i, c := range f.Perm {
-		w[i] = float64(row[c])
+		w[i] = row[c]
 	}
 	if f.Act {
 		for gi := range s.m.K / s.gs {
@@ -169,26 +197,25 @@ func (s *solver) setParam(n, gi int, p param) {
 	}
 }
 
-// block runs columns [i1, i2) of row n (w in processing order): quantize,
-// scale the error by 1/U[i,i], push it into the block's later columns and
-// keep it in e for the GEMM that updates the rest of the row.
-func (s *solver) block(n int, w, e []float64, i1, i2 int, seg []float32) {
-	k, u, perm := s.m.K, s.f.U, s.f.Perm
+// columns runs columns [j1, j2) of row n (w in processing order) in the
+// block starting at i1: quantize, scale the error by 1/U[i,i], push it
+// into the sub-block's later columns and keep it in e for the GEMMs that
+// update the rest of the row.
+func (s *solver) columns(n int, w, e []float32, i1, j1, j2 int, seg []float32) {
+	k, u, perm := s.m.K, s.f.U32, s.f.Perm
 	codes := s.dst.Codes[n*k : (n+1)*k]
-	for i := i1; i < i2; i++ {
+	for i := j1; i < j2; i++ {
 		c := perm[i]
 		if !s.f.Act && i%s.gs == 0 {
-			for j := range seg {
-				seg[j] = float32(w[i+j])
-			}
+			copy(seg, w[i:i+s.gs])
 			s.setParam(n, i/s.gs, s.g.fit(seg))
 		}
-		q, v := s.g.code(s.dst.param(n, c/s.gs), float32(w[i]))
+		q, v := s.g.code(s.dst.param(n, c/s.gs), w[i])
 		codes[c] = q
-		d := (w[i] - float64(v)) / u[i*k+i]
+		d := (w[i] - v) / u[i*k+i]
 		e[i-i1] = d
-		ui := u[i*k+i+1 : i*k+i2]
-		wi := w[i+1 : i2]
+		ui := u[i*k+i+1 : i*k+j2]
+		wi := w[i+1 : j2]
 		for j := range wi {
 			wi[j] -= d * ui[j]
 		}

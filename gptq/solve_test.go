@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sparkconv/convert"
+	"sparkconv/kernels"
 	"sparkconv/quant"
 )
 
@@ -213,18 +214,10 @@ func calibData(n, k, t int, seed uint64) (w, x []float32) {
 }
 
 func hessianOf(x []float32, t, k int) []float64 {
-	h := NewHessian(k)
-	h.buf = nil
 	// all rows, no hold-out: the reference sees what the solve sees
-	for r := range t {
-		row := x[r*k : (r+1)*k]
-		for i := range k {
-			for j := range k {
-				h.H[i*k+j] += float64(row[i]) * float64(row[j])
-			}
-		}
-	}
-	return h.H
+	h := make([]float64, k*k)
+	kernels.SyrkAccumulate(h, x, t, k)
+	return h
 }
 
 // outErr is sum over rows of d^T H d, d = W - deq: the in-sample output
@@ -255,33 +248,54 @@ var testGrids = []Grid{
 	{Kind: convert.GridInt8, DType: quant.ScaleBF16},
 }
 
-// TestSolveMatchesReference: the blocked solve gives the reference's codes
-// and parameters on every grid, with and without act-order, on K = 256 and
-// 320 (a last block narrower than BlockSize), rows spread over panels.
+// TestSolveMatchesReference: the blocked float32 solve gives the float64
+// reference's codes and parameters on every grid, with and without
+// act-order, on K = 256 and 320 (a last block narrower than BlockSize),
+// and on K = 1024 with groups of 32. Exact equality is not the contract:
+// the solve's working copy of W, its errors and U are float32, so a
+// weight within float32 rounding (~1e-7 relative) of a rounding boundary
+// may take the other code, and that column's error then moves the
+// columns after it a little. The bound: at least 99.9 % of codes and of
+// group parameters identical, and the in-sample output error sum d^T H d
+// within 1e-3 relative of the reference's, in either direction (both are
+// valid greedy runs; measured: no differing code below K = 1024, 2 of
+// 65536 at K = 1024 g32, output error 7.4e-6 lower; with 3072 rows
+// instead of 3000, none).
 func TestSolveMatchesReference(t *testing.T) {
-	for _, sh := range []struct{ n, k int }{{40, 256}, {24, 320}} {
-		for _, g := range testGrids {
-			for _, act := range []bool{false, true} {
+	type tc struct {
+		n, k  int
+		grids []Grid
+		acts  []bool
+		seed  uint64
+		rows  int // calibration rows
+	}
+	both := []bool{false, true}
+	for _, sh := range []tc{{40, 256, testGrids, both, 256, 600}, {24, 320, testGrids, both, 320, 600}, {64, 1024, testGrids[:1], both[:1], 5, 3000}} {
+		for _, g := range sh.grids {
+			for _, act := range sh.acts {
 				if sh.k%g.group(sh.k) != 0 {
 					continue
 				}
 				t.Run(fmt.Sprintf("%dx%d/%s/search=%v/act=%v", sh.n, sh.k, g, g.Search, act), func(t *testing.T) {
-					w, x := calibData(sh.n, sh.k, 600, uint64(sh.k))
-					h := hessianOf(x, 600, sh.k)
-					var f Factor
-					if err := Prepare(&f, h, sh.k, DefaultDamp, act); err != nil {
-						t.Fatal(err)
-					}
-					var r Result
-					if err := Solve(&r, quant.F32Matrix(sh.n, sh.k, w), &f, g); err != nil {
-						t.Fatal(err)
-					}
+					w, x := calibData(sh.n, sh.k, sh.rows, sh.seed)
+					h := hessianOf(x, sh.rows, sh.k)
+					deq, _, r := solvedDeq(t, w, sh.n, sh.k, h, g, act)
 					codes, scales, zeros := refGPTQ(w, sh.n, sh.k, h, g, DefaultDamp, act)
-					if d := countDiff(r.Codes, codes); d != 0 {
-						t.Errorf("%d of %d codes differ from the reference", d, len(codes))
+					ref := Result{N: sh.n, K: sh.k, Group: g.group(sh.k), Codes: codes, Scales: scales, Zeros: zeros}
+					rdeq := make([]float32, sh.n*sh.k)
+					for row := range sh.n {
+						ref.Dequantize(g, row, rdeq[row*sh.k:(row+1)*sh.k])
 					}
-					if !slices.Equal(r.Scales, scales) || !slices.Equal(r.Zeros, zeros) {
-						t.Errorf("parameters differ from the reference")
+					dc := countDiff(r.Codes, codes)
+					dp := countDiff(r.Scales, scales) + countDiff(r.Zeros, zeros)
+					ef, er := outErr(w, deq, sh.n, sh.k, h), outErr(w, rdeq, sh.n, sh.k, h)
+					t.Logf("%d of %d codes and %d of %d parameters differ; output error %.8g against %.8g (%+.2g relative)",
+						dc, len(codes), dp, len(scales)+len(zeros), ef, er, (ef-er)/er)
+					if dc*1000 > len(codes) || dp*1000 > len(scales)+len(zeros) {
+						t.Errorf("%d of %d codes, %d of %d parameters differ from the reference", dc, len(codes), dp, len(scales)+len(zeros))
+					}
+					if math.Abs(ef-er) > 1e-3*er {
+						t.Errorf("output error %.8g, reference %.8g", ef, er)
 					}
 				})
 			}
@@ -303,9 +317,9 @@ func countDiff[T comparable](a, b []T) int {
 // result as in one.
 func TestSolvePanels(t *testing.T) {
 	defer func(b int) { panelBytes = b }(panelBytes)
-	panelBytes = 8 * 128 * 100 // 100 rows a panel
+	panelBytes = 4 * 128 * 100 // 100 rows a panel
 	k := 128
-	n := panelBytes/(8*k) + 37
+	n := panelBytes/(4*k) + 37
 	w, x := calibData(n, k, 400, 3)
 	var f Factor
 	if err := Prepare(&f, hessianOf(x, 400, k), k, DefaultDamp, false); err != nil {
@@ -341,7 +355,7 @@ func rtnDeq(w []float32, n, k int, g Grid) []float32 {
 	return deq
 }
 
-func solvedDeq(t *testing.T, w []float32, n, k int, h []float64, g Grid, act bool) ([]float32, *Factor) {
+func solvedDeq(t *testing.T, w []float32, n, k int, h []float64, g Grid, act bool) ([]float32, *Factor, *Result) {
 	t.Helper()
 	var f Factor
 	if err := Prepare(&f, h, k, DefaultDamp, act); err != nil {
@@ -355,7 +369,7 @@ func solvedDeq(t *testing.T, w []float32, n, k int, h []float64, g Grid, act boo
 	for row := range n {
 		r.Dequantize(g, row, deq[row*k:(row+1)*k])
 	}
-	return deq, &f
+	return deq, &f, &r
 }
 
 // TestGPTQBeatsRTN: on the calibration rows, GPTQ's output error
@@ -369,7 +383,7 @@ func TestGPTQBeatsRTN(t *testing.T) {
 			for _, act := range []bool{false, true} {
 				w, x := calibData(n, k, tokens, 7)
 				h := hessianOf(x, tokens, k)
-				deq, _ := solvedDeq(t, w, n, k, h, g, act)
+				deq, _, _ := solvedDeq(t, w, n, k, h, g, act)
 				eg, er := outErr(w, deq, n, k, h), outErr(w, rtnDeq(w, n, k, g), n, k, h)
 				t.Logf("tokens %d %s act=%v: GPTQ %.4g, RTN %.4g (ratio %.3f)", tokens, g, act, eg, er, eg/er)
 				want := 1 / 1.5
