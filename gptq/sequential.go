@@ -199,7 +199,9 @@ func (r *run) prepare() error {
 // Observe accumulates the four linear inputs of the layer being calibrated.
 func (r *run) Observe(_ int, p forward.Point, data []float32, cols int) {
 	if h, ok := r.hess[p]; ok {
+		setPhase("hessian")
 		h.Add(data, len(data)/cols)
+		setPhase("forward")
 	}
 }
 
@@ -213,6 +215,7 @@ func (r *run) layers() error {
 			h.Reset()
 		}
 		t0, fwd0, solve0 := time.Now(), r.fwd, r.solve
+		setPhase("forward")
 		for k, ch := range r.chunks {
 			if err := r.j.Context().Err(); err != nil {
 				return err
@@ -232,6 +235,7 @@ func (r *run) layers() error {
 			return err
 		}
 		t0 = time.Now()
+		setPhase("forward")
 		for k, ch := range r.chunks {
 			if err := r.j.Context().Err(); err != nil {
 				return err
@@ -242,18 +246,36 @@ func (r *run) layers() error {
 			r.bar.Add(1)
 		}
 		r.fwd += time.Since(t0)
-		if r.c.OnLayer != nil {
-			var mods []*convert.ModuleReport
-			for _, lm := range layerModules {
-				if e, ok := r.st.entries[spark.LayerWeight(i, lm.name)]; ok {
-					mods = append(mods, e.report)
-				}
+		var mods []*convert.ModuleReport
+		var names []string
+		for _, lm := range layerModules {
+			if e, ok := r.st.entries[spark.LayerWeight(i, lm.name)]; ok {
+				mods, names = append(mods, e.report), append(names, lm.name)
 			}
+		}
+		if r.c.OnLayer != nil {
 			r.c.OnLayer(i, mods, r.fwd-fwd0, r.solve-solve0)
+		}
+		if !r.c.Quiet && !progress.Visible() {
+			r.logLayer(i, names, mods, r.fwd-fwd0, r.solve-solve0)
 		}
 		debug.FreeOSMemory()
 	}
 	return nil
+}
+
+// logLayer prints one line per layer when no progress bar is drawn (a
+// log or CI run): the layer's forward and solve time and each module's
+// held-out error, GPTQ against round to nearest.
+func (r *run) logLayer(i int, names []string, mods []*convert.ModuleReport, fwd, solve time.Duration) {
+	line := fmt.Sprintf("sparkconv: gptq: layer %d/%d: forward %.1fs, solve %.1fs; held-out error gptq/rtn", i+1, r.j.Model.Config.NumLayers, fwd.Seconds(), solve.Seconds())
+	for k, m := range mods {
+		line += fmt.Sprintf(" %s %.4g/%.4g", names[k], m.OutErr, m.OutErrRTN)
+		if m.Method != "gptq" || m.Note != "" {
+			line += "*"
+		}
+	}
+	fmt.Fprintln(r.c.Log, line)
 }
 
 // solveLayer factors each distinct input's Hessian once and solves the
@@ -277,6 +299,7 @@ func (r *run) solveLayer(i int, l *forward.Layer) error {
 					return err
 				}
 			}
+			setPhase("factor")
 			ferr = Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
 			factored = lm.input
 		}
@@ -311,6 +334,7 @@ func (r *run) head() error {
 		return nil
 	}
 	r.bar.Describe("gptq head")
+	setPhase("head")
 	h := NewHessian(t.K)
 	t0 := time.Now()
 	for k, ch := range r.chunks {
@@ -325,6 +349,7 @@ func (r *run) head() error {
 	r.hess = nil
 	t0 = time.Now()
 	h.Finish()
+	setPhase("factor")
 	ferr := Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
 	m, err := r.j.WeightMatrix(t.Source, t.N, t.K)
 	if err != nil {
@@ -342,15 +367,18 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 	res := &Result{}
 	if ferr == nil {
 		rep.DampPercent, rep.DampTries = r.f.Damp, r.f.Tries
+		setPhase("solve")
 		if err := Solve(res, m, &r.f, r.grid); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.Source, err)
 		}
 	}
 	rtn := &Result{}
+	setPhase("rtn")
 	if err := RoundToNearest(rtn, m, r.grid); err != nil {
 		return nil, fmt.Errorf("%s: %w", t.Source, err)
 	}
 	var errs []float64
+	setPhase("heldout")
 	if ferr == nil {
 		errs = heldOutErr(h.Held, h.HeldRows(), m, r.grid, res, rtn)
 		rep.OutErr, rep.OutErrRTN = errs[0], errs[1]
@@ -361,6 +389,7 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 	if ferr == nil && rep.OutErr > rep.OutErrRTN && r.f.Damp < RetryDamp {
 		// Overfitted (a Hessian with barely more rows than channels):
 		// more damping pulls the solve toward round to nearest.
+		setPhase("retry")
 		var f Factor
 		if err := Prepare(&f, h.H, h.K, RetryDamp, r.c.ActOrder); err == nil {
 			again := &Result{}

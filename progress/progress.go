@@ -21,10 +21,14 @@ type Bar struct {
 	log   io.Writer
 }
 
+// Visible says whether bars are drawn (stderr is a terminal); long work
+// that runs without one can print plain lines instead.
+func Visible() bool { return term.IsTerminal(int(os.Stderr.Fd())) }
+
 // New starts a bar over total units described by desc. bytes selects byte
 // formatting. The bar is drawn only when stderr is a terminal.
 func New(total int64, desc string, bytes bool) *Bar {
-	visible := term.IsTerminal(int(os.Stderr.Fd()))
+	visible := Visible()
 	opts := []progressbar.Option{
 		progressbar.OptionSetWriter(os.Stderr),
 		progressbar.OptionSetVisibility(visible),
