@@ -2,13 +2,24 @@ package kernels
 
 import "math"
 
-// syrkTile is the side of the square H tiles SyrkAccumulate hands to its
-// workers, and syrkChunk the longest run of tokens summed in float32 before
-// the result is added into the float64 matrix.
-const (
-	syrkTile  = 256
-	syrkChunk = 512
-)
+// syrkChunk is the longest run of tokens summed in float32 before the
+// result is added into the float64 matrix.
+const syrkChunk = 512
+
+// syrkTileFor is the side of the square H tiles SyrkAccumulate hands to
+// its workers: the largest multiple of both micro-kernel sides up to 256,
+// so every tile starts on a packed panel boundary.
+func syrkTileFor(kern *microKernel[float32]) int {
+	l := kern.mr * kern.nr / gcd(kern.mr, kern.nr)
+	return max(1, 256/l) * l
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
 
 // SyrkAccumulate adds X^T X to H: H[k,k] += X[t,k]^T X[t,k] (the GPTQ
 // calibration Hessian of a linear layer's input). The products of each run
@@ -43,21 +54,36 @@ func syrkAccumulate(h []float64, x []float32, t, k int, upper bool) {
 	if t <= 0 || k <= 0 {
 		return
 	}
-	blocks := (k + syrkTile - 1) / syrkTile
+	kern := sgemmKern
+	mr, nr, tile := kern.mr, kern.nr, syrkTileFor(kern)
+	blocks := (k + tile - 1) / tile
 	tiles := blocks * (blocks + 1) / 2 // the lower block triangle
 	workers := numWorkers(tiles)
 	bufs := make([]*[]float32, workers)
 	for w := range bufs {
-		bufs[w] = getBuf[float32](min(syrkTile, k) * min(syrkTile, k))
+		bufs[w] = getBuf[float32](min(tile, k) * min(tile, k))
 	}
+	aPanels, bPanels := (k+mr-1)/mr, (k+nr-1)/nr
+	pa := getBuf[float32](aPanels * mr * min(t, syrkChunk))
+	pb := getBuf[float32](bPanels * nr * min(t, syrkChunk))
 	for t0 := 0; t0 < t; t0 += syrkChunk {
 		tc := min(syrkChunk, t-t0)
 		xs := x[t0*k : (t0+tc)*k]
+		// X^T packed once as A panels and X once as B panels, each tc steps
+		// deep: every tile reads its panels from these.
+		parallelGrain(aPanels, 8, func(lo, hi int) {
+			kern.packA2((*pa)[lo*mr*tc:], operand[float32]{xs, k, true}, lo*mr, min(hi*mr, k)-lo*mr, tc, 1)
+		})
+		parallelGrain(bPanels, 8, func(lo, hi int) {
+			kern.packB2((*pb)[lo*nr*tc:], operand[float32]{xs, k, false}, 0, tc, lo*nr, min(hi*nr, k)-lo*nr)
+		})
 		parallelTasks(tiles, func(w, task int) {
 			bi, bj := triangleIndex(task)
-			syrkTileAdd(h, xs, tc, k, bi*syrkTile, bj*syrkTile, upper, *bufs[w])
+			syrkTileAdd(h, *pa, *pb, tc, k, bi*tile, bj*tile, tile, upper, *bufs[w])
 		})
 	}
+	putBuf(pa)
+	putBuf(pb)
 	for _, b := range bufs {
 		putBuf(b)
 	}
@@ -76,16 +102,50 @@ func triangleIndex(task int) (bi, bj int) {
 	return bi, task - bi*(bi+1)/2
 }
 
-// syrkTileAdd adds the tile H[i0:i0+ib, j0:j0+jb] of X^T X (j0 <= i0) and,
+// syrkTileAdd adds the tile H[i0:i0+ib, j0:j0+jb] (ib, jb up to tile) of X^T X (j0 <= i0) and,
 // off the diagonal and when upper is set, its transpose H[j0:j0+jb,
-// i0:i0+ib]. Without upper, a diagonal tile adds its lower triangle only.
-func syrkTileAdd(h []float64, x []float32, t, k, i0, j0 int, upper bool, buf []float32) {
-	ib, jb := min(syrkTile, k-i0), min(syrkTile, k-j0)
+// i0:i0+ib]. Without upper, a diagonal tile adds its lower triangle only
+// (micro-tiles wholly above the diagonal are skipped). pa and pb are X^T
+// and X packed for the float32 micro-kernel, t steps deep; the kernel's
+// reduction blocks (kc) are summed in order, as gemm would.
+func syrkTileAdd(h []float64, pa, pb []float32, t, k, i0, j0, tile int, upper bool, buf []float32) {
+	kern := sgemmKern
+	mr, nr := kern.mr, kern.nr
+	ib, jb := min(tile, k-i0), min(tile, k-j0)
 	c := buf[:ib*jb]
-	gemmSerial(ib, jb, t, operand[float32]{x[i0:], k, true}, operand[float32]{x[j0:], k, false}, c, jb, 1, false, sgemmKern)
+	clear(c)
+	lowerOnly := !upper && i0 == j0
+	var tmp [16 * 64]float32
+	for pc := 0; pc < t; pc += kern.kc {
+		kb := min(kern.kc, t-pc)
+		for jr := 0; jr < jb; jr += nr {
+			nb := min(nr, jb-jr)
+			bp := pb[(j0+jr)/nr*nr*t+pc*nr:]
+			for ir := 0; ir < ib; ir += mr {
+				rb := min(mr, ib-ir)
+				if lowerOnly && jr > ir+rb-1 {
+					continue
+				}
+				ap := pa[(i0+ir)/mr*mr*t+pc*mr:]
+				if rb == mr && nb == nr {
+					kern.fn(kb, ap, bp, c[ir*jb+jr:], jb)
+					continue
+				}
+				tt := tmp[:mr*nr]
+				clear(tt)
+				kern.fn(kb, ap, bp, tt, nr)
+				for r := range rb {
+					dst := c[(ir+r)*jb+jr : (ir+r)*jb+jr+nb]
+					for j, v := range tt[r*nr : r*nr+nb] {
+						dst[j] += v
+					}
+				}
+			}
+		}
+	}
 	for r := range ib {
 		w := jb
-		if !upper && i0 == j0 {
+		if lowerOnly {
 			w = r + 1
 		}
 		addF32ToF64(h[(i0+r)*k+j0:(i0+r)*k+j0+w], c[r*jb:r*jb+w])
