@@ -1,0 +1,121 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// randBF16 returns n random bf16 values (normal, plus a few signed zeros,
+// subnormals and large magnitudes) and their float32 widening.
+func randBF16(r *rand.Rand, n int) ([]uint16, []float32) {
+	b := make([]uint16, n)
+	for i := range b {
+		b[i] = uint16(math.Float32bits(float32(r.NormFloat64())) >> 16)
+		switch r.IntN(64) {
+		case 0:
+			b[i] = 0x8000 // -0
+		case 1:
+			b[i] = uint16(r.IntN(0x7f)) + 1 // subnormal
+		case 2:
+			b[i] = 0x7f00 | uint16(r.IntN(0x7f)) // ~1e38
+		}
+	}
+	w := make([]float32, n)
+	WidenBF16(w, b)
+	return b, w
+}
+
+func bitsEqual(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: [%d] = %v, float32 path %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func TestWidenBF16(t *testing.T) {
+	for _, c := range []struct {
+		in   uint16
+		want float32
+	}{{0x3f80, 1}, {0xbf80, -1}, {0x4049, 3.140625}, {0, 0}, {0x7f80, float32(math.Inf(1))}, {0x0001, math.Float32frombits(0x10000)}} {
+		var got [1]float32
+		WidenBF16(got[:], []uint16{c.in})
+		if math.Float32bits(got[0]) != math.Float32bits(c.want) {
+			t.Errorf("WidenBF16(%#04x) = %v, want %v", c.in, got[0], c.want)
+		}
+	}
+}
+
+// TestMatMulNTBF16 checks that bf16 weights give exactly the float32
+// results of the widened weights, for every micro-kernel, with and without
+// the assembly packers.
+func TestMatMulNTBF16(t *testing.T) {
+	run := func(t *testing.T) {
+		r := rand.New(rand.NewPCG(7, 8))
+		for _, s := range append(gemmShapes, struct{ m, n, k int }{40, 300, 2051}) {
+			a := randF32(r, s.m*s.k)
+			b, w := randBF16(r, s.n*s.k)
+			got, want := randF32(r, s.m*s.n), make([]float32, s.m*s.n)
+			MatMulNTBF16(got, a, b, s.m, s.n, s.k)
+			MatMulNT(want, a, w, s.m, s.n, s.k)
+			bitsEqual(t, "MatMulNTBF16", got, want)
+		}
+	}
+	withKernels(t, run)
+	t.Run("portable", func(t *testing.T) {
+		defer usePortable()()
+		run(t)
+	})
+}
+
+// TestPackBBF16 compares the active bf16 packer with the portable one on
+// panels with ragged columns, k tails and offsets.
+func TestPackBBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	const ld = 531
+	b, _ := randBF16(r, 70*ld)
+	for _, nr := range []int{4, 16, 32} {
+		for _, c := range []struct{ p0, kb, j0, cols int }{{0, 256, 0, 64}, {3, 259, 5, 37}, {0, 7, 0, 16}, {8, 520, 17, 53}, {1, 9, 2, 16}} {
+			got := make([]float32, c.kb*((c.cols+nr-1)/nr*nr))
+			want := make([]float32, len(got))
+			for i := range got {
+				got[i], want[i] = float32(i), -1
+			}
+			packBBF16(got, b, ld, c.p0, c.kb, c.j0, c.cols, nr)
+			packBBF16Go(want, b, ld, c.p0, c.kb, c.j0, c.cols, nr)
+			bitsEqual(t, "packBBF16", got, want)
+		}
+	}
+}
+
+// TestMatVecNTExactOrder checks the float32 and bf16 matrix-vector kernels
+// against the portable dotGo order, bit for bit.
+func TestMatVecNTExactOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{1, 3, 4, 5, 13, 700} {
+		for _, k := range []int{1, 7, 8, 9, 63, 64, 100, 2048, 2051} {
+			b, w := randBF16(r, n*k)
+			x := randF32(r, k)
+			want := make([]float32, n)
+			matVecRowsGo(want, w, x, k)
+			got := make([]float32, n)
+			MatVecNT(got, w, x, n, k)
+			if !isAVX512() {
+				bitsEqual(t, "MatVecNT", got, want)
+			}
+			// bf16 weights give the float32 path's sums on every family.
+			MatVecNT(want, w, x, n, k)
+			MatVecNTBF16(got, b, x, n, k)
+			bitsEqual(t, "MatVecNTBF16", got, want)
+			y1 := make([]float32, 1)
+			MatMulNTBF16(y1, x, b[:k], 1, 1, k)
+			bitsEqual(t, "MatMulNTBF16 m=1", y1, want[:1])
+		}
+	}
+}
+
+// isAVX512 reports whether the AVX-512 family is active (its float32
+// matrix-vector kernel sums in its own order).
+func isAVX512() bool { return sgemmKern.name == "avx512-14x32" }
