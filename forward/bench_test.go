@@ -113,40 +113,63 @@ func report(b *testing.B, tokens, flops float64, cpu time.Duration) {
 	b.ReportMetric(flops*float64(b.N)/cpu.Seconds()/1e9, "GFLOP/CPU-s")
 }
 
+// weightForms are the two ways the benchmarks hold a bf16 checkpoint's
+// linears: multiplied in place (what the forward does) or as float32
+// copies (what Model.Layer hands out, and the forward before bf16 kernels).
+var weightForms = []string{"bf16", "f32"}
+
+// loadForm loads layer 0 of m in the given weight form, outside the timing.
+func loadForm(b *testing.B, m *Model, form string) {
+	var err error
+	if form == "f32" {
+		_, err = m.Layer(0)
+	} else {
+		_, err = m.layer(0)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkLayerPrefill is one full-size layer (hidden 2048, intermediate
-// 6656, heads 8/2 x 256) over a 512-token prefill. PyTorch fp32 takes
-// 0.95 s for it (~540 tokens/s).
+// 6656, heads 8/2 x 256) over a 512-token prefill, with the weights in
+// bf16 (in place) and as float32 copies. scripts/torch-layer-anchor.py
+// runs the same layer in PyTorch.
 func BenchmarkLayerPrefill(b *testing.B) {
 	for _, lt := range []string{"sliding", "full"} {
-		b.Run(lt, func(b *testing.B) {
-			s := fullLayer
-			s.full = lt == "full"
-			dir := b.TempDir()
-			writeSynthetic(b, dir, s)
-			m, err := Open(dir, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			const T = 512
-			x0, err := m.Embed(randomIDs(T, s.vocab))
-			if err != nil {
-				b.Fatal(err)
-			}
-			x := make([]float32, len(x0))
-			if _, err := m.Layer(0); err != nil { // widen once, outside the timing
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			cpu0 := cpuTime()
-			for b.Loop() {
-				copy(x, x0)
+		s := fullLayer
+		s.full = lt == "full"
+		dir := b.TempDir()
+		writeSynthetic(b, dir, s)
+		for _, form := range weightForms {
+			b.Run(lt+"/"+form, func(b *testing.B) {
+				m, err := Open(dir, Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				const T = 512
+				x0, err := m.Embed(randomIDs(T, s.vocab))
+				if err != nil {
+					b.Fatal(err)
+				}
+				x := make([]float32, len(x0))
+				loadForm(b, m, form)
+				copy(x, x0) // one untimed pass: page faults, scratch buffers
 				if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
 					b.Fatal(err)
 				}
-			}
-			report(b, T, LayerFLOPs(m.Cfg, 0, T), cpuTime()-cpu0)
-		})
+				b.ResetTimer()
+				cpu0 := cpuTime()
+				for b.Loop() {
+					copy(x, x0)
+					if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				report(b, T, LayerFLOPs(m.Cfg, 0, T), cpuTime()-cpu0)
+			})
+		}
 	}
 }
 
@@ -180,35 +203,44 @@ func BenchmarkPrefillSmall(b *testing.B) {
 }
 
 // BenchmarkDecodeLayer is one full-size sliding layer's decode step against
-// a full 511-slot ring cache (memory bound: 206 MB of float32 weights).
+// a full 511-slot ring cache: memory bound, 103 MB of bf16 weights in place
+// or 206 MB of float32 copies. GB/s counts the weight bytes read.
 func BenchmarkDecodeLayer(b *testing.B) {
 	dir := b.TempDir()
 	writeSynthetic(b, dir, fullLayer)
-	m, err := Open(dir, Options{})
-	if err != nil {
-		b.Fatal(err)
+	for _, form := range weightForms {
+		b.Run(form, func(b *testing.B) {
+			m, err := Open(dir, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			lc := m.NewLayerCache(0, Ring, 1024)
+			for s := range lc.Filled {
+				lc.Filled[s] = true
+			}
+			x := make([]float32, m.Cfg.HiddenSize)
+			if err := m.EmbedRow(x, 3); err != nil {
+				b.Fatal(err)
+			}
+			loadForm(b, m, form)
+			bytes := layerParams(m.Cfg) * 4
+			if form == "bf16" {
+				bytes /= 2
+			}
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if _, _, _, err := m.DecodeLayer(0, x, 600, lc); err != nil {
+					b.Fatal(err)
+				}
+			}
+			sec := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(1/sec, "tokens/s")
+			b.ReportMetric(float64(bytes)/sec/1e9, "GB/s")
+			b.ReportMetric(float64(b.N)/(cpuTime()-cpu0).Seconds(), "tokens/CPU-s")
+		})
 	}
-	defer m.Close()
-	lc := m.NewLayerCache(0, Ring, 1024)
-	for s := range lc.Filled {
-		lc.Filled[s] = true
-	}
-	x := make([]float32, m.Cfg.HiddenSize)
-	if err := m.EmbedRow(x, 3); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := m.Layer(0); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		if _, _, _, err := m.DecodeLayer(0, x, 600, lc); err != nil {
-			b.Fatal(err)
-		}
-	}
-	sec := b.Elapsed().Seconds() / float64(b.N)
-	b.ReportMetric(1/sec, "tokens/s")
-	b.ReportMetric(float64(layerParams(m.Cfg)*4)/sec/1e9, "GB/s")
 }
 
 func ExampleModel_DecodeLayer() {

@@ -167,7 +167,7 @@ func (m *Model) DecodeLayers(i int, hidden []float32, pos []int, caches []*Layer
 			return nil, nil, nil, err
 		}
 	}
-	l, err := m.Layer(i)
+	l, err := m.layer(i)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -186,9 +186,9 @@ func (m *Model) decodeAttentionBlock(l *Layer, hidden []float32, pos []int, cach
 	h := make([]float32, B*H)
 	m.rmsNorm(h, hidden, l.InNorm)
 	qkv := make([]float32, B*W)
-	kernels.MatMulNT(qkv, m.actIn(l.Act[actQKV], h, H), l.QKV, B, W, H)
+	l.matMul(actQKV, qkv, m.actIn(l.Act[actQKV], h, H), B, W, H)
 	gate := make([]float32, B*NH)
-	kernels.MatMulNT(gate, m.actIn(l.Act[actG], h, H), l.G, B, NH, H)
+	l.matMul(actG, gate, m.actIn(l.Act[actG], h, H), B, NH, H)
 	kernels.Sigmoid(gate)
 	newK, newV = make([]float32, B*KVD), make([]float32, B*KVD)
 	att := make([]float32, B*QD)
@@ -204,7 +204,7 @@ func (m *Model) decodeAttentionBlock(l *Layer, hidden []float32, pos []int, cach
 	}
 	m.applyGate(att, gate, B)
 	out = make([]float32, B*H)
-	kernels.MatMulNT(out, m.actIn(l.Act[actO], att, QD), l.O, B, H, QD)
+	l.matMul(actO, out, m.actIn(l.Act[actO], att, QD), B, H, QD)
 	addInto(out, hidden)
 	return out, newK, newV
 }
@@ -215,12 +215,12 @@ func (m *Model) decodeMLPBlock(l *Layer, x []float32, B int) {
 	h := make([]float32, B*H)
 	m.rmsNorm(h, x, l.PostNorm)
 	g, u := make([]float32, B*I), make([]float32, B*I)
-	kernels.MatMulNT(g, m.actIn(l.Act[actGate], h, H), l.Gate, B, I, H)
-	kernels.MatMulNT(u, m.actIn(l.Act[actUp], h, H), l.Up, B, I, H)
+	l.matMul(actGate, g, m.actIn(l.Act[actGate], h, H), B, I, H)
+	l.matMul(actUp, u, m.actIn(l.Act[actUp], h, H), B, I, H)
 	m.gelu(g)
 	mulInto(g, u)
 	mlp := make([]float32, B*H)
-	kernels.MatMulNT(mlp, m.actIn(l.Act[actDown], g, I), l.Down, B, H, I)
+	l.matMul(actDown, mlp, m.actIn(l.Act[actDown], g, I), B, H, I)
 	addInto(x, mlp)
 }
 

@@ -15,7 +15,7 @@ func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, valu
 	if H := m.Cfg.HiddenSize; len(x) != T*H {
 		return nil, nil, fmt.Errorf("layer %d: hidden state holds %d values, want T*H = %d*%d", i, len(x), T, H)
 	}
-	l, err := m.Layer(i)
+	l, err := m.layer(i)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -39,9 +39,9 @@ func (m *Model) attentionBlock(l *Layer, x []float32, T int, obs Observer, see f
 	m.rmsNorm(h, x, l.InNorm)
 	see(AttnNorm, h, H)
 	qkv := m.scratch("qkv", T*W)
-	kernels.MatMulNT(qkv, m.actIn(l.Act[actQKV], h, H), l.QKV, T, W, H)
+	l.matMul(actQKV, qkv, m.actIn(l.Act[actQKV], h, H), T, W, H)
 	gate := m.scratch("gate", T*NH)
-	kernels.MatMulNT(gate, m.actIn(l.Act[actG], h, H), l.G, T, NH, H)
+	l.matMul(actG, gate, m.actIn(l.Act[actG], h, H), T, NH, H)
 	if obs != nil {
 		see(Q, columnsInto(m.scratch("obs", T*QD), qkv, W, 0, QD), QD)
 		see(K, columnsInto(m.scratch("obs", T*KVD), qkv, W, QD, KVD), KVD)
@@ -62,7 +62,7 @@ func (m *Model) attentionBlock(l *Layer, x []float32, T int, obs Observer, see f
 	m.applyGate(att, gate, T)
 	see(AttnGated, att, QD)
 	o := m.scratch("o", T*H)
-	kernels.MatMulNT(o, m.actIn(l.Act[actO], att, QD), l.O, T, H, QD)
+	l.matMul(actO, o, m.actIn(l.Act[actO], att, QD), T, H, QD)
 	see(AttnOut, o, H)
 	addInto(x, o)
 	see(HiddenMid, x, H)
@@ -76,8 +76,8 @@ func (m *Model) mlpBlock(l *Layer, x []float32, T int, see func(Point, []float32
 	m.rmsNorm(h, x, l.PostNorm)
 	see(MLPNorm, h, H)
 	g, u := m.scratch("g", T*I), m.scratch("u", T*I)
-	kernels.MatMulNT(g, m.actIn(l.Act[actGate], h, H), l.Gate, T, I, H)
-	kernels.MatMulNT(u, m.actIn(l.Act[actUp], h, H), l.Up, T, I, H)
+	l.matMul(actGate, g, m.actIn(l.Act[actGate], h, H), T, I, H)
+	l.matMul(actUp, u, m.actIn(l.Act[actUp], h, H), T, I, H)
 	see(MLPGate, g, I)
 	m.gelu(g)
 	see(MLPGELU, g, I)
@@ -85,7 +85,7 @@ func (m *Model) mlpBlock(l *Layer, x []float32, T int, see func(Point, []float32
 	mulInto(g, u)
 	see(MLPAct, g, I)
 	o := m.scratch("o", T*H)
-	kernels.MatMulNT(o, m.actIn(l.Act[actDown], g, I), l.Down, T, H, I)
+	l.matMul(actDown, o, m.actIn(l.Act[actDown], g, I), T, H, I)
 	see(MLPOut, o, H)
 	addInto(x, o)
 	see(HiddenOut, x, H)

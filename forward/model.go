@@ -36,6 +36,7 @@ type Model struct {
 	layers    *layerCache
 	headRows  int       // rows of the head widened per block
 	head      []float32 // the whole head in float32 when kept
+	headBits  []uint16  // the head's bf16 bits in place, when stored so
 	norm      []float32 // model.norm.weight
 	embRaw    []byte
 	embType   dtype.DType
@@ -90,6 +91,7 @@ func NewWeights(w Weights, opt Options) (*Model, error) {
 	}
 	if ok {
 		m.headRaw, m.headType = raw, dt
+		m.headBits, _ = bf16Tensor(w, c.HeadWeight(), c.VocabSize*c.HiddenSize)
 		return m, nil
 	}
 	m.head = make([]float32, c.VocabSize*c.HiddenSize)
@@ -149,7 +151,11 @@ func LayerFLOPs(c *spark.Config, layer, T int) float64 {
 	return lin + 4*keys*float64(c.NumHeads*c.HeadDim)
 }
 
-// Layer is one decoder layer's weights in float32, row-major [out, in].
+// Layer is one decoder layer's weights, row-major [out, in]. The forward
+// multiplies bf16 linears in place, as the checkpoint maps them (the
+// kernels widen each value exactly as they pack or load it, so no float32
+// copy exists); the float32 fields hold the rest (norms, f16/f32 or
+// dequantized weights) and, once Model.Layer asked for them, every linear.
 type Layer struct {
 	Index    int
 	Sliding  bool
@@ -164,10 +170,25 @@ type Layer struct {
 	// Act is the input rule of each field's linear (fields order): the
 	// zero Act (float32) unless the format quantized it.
 	Act [8]Act
+
+	// bf16[k] is field k's weight as stored bf16 bits (a view of the
+	// mapped checkpoint, raw[k]) while its float32 field is empty.
+	bf16 [8][]uint16
+	raw  [8][]byte
 }
 
 func (l *Layer) fields() []*[]float32 {
 	return []*[]float32{&l.InNorm, &l.QKV, &l.G, &l.O, &l.PostNorm, &l.Gate, &l.Up, &l.Down}
+}
+
+// matMul computes c[T, n] = a[T, k] @ W^T for the linear of field f, from
+// its bf16 view or its float32 weights (the same values, the same sums).
+func (l *Layer) matMul(f int, c, a []float32, T, n, k int) {
+	if b := l.bf16[f]; b != nil {
+		kernels.MatMulNTBF16(c, a, b, T, n, k)
+		return
+	}
+	kernels.MatMulNT(c, a, *l.fields()[f], T, n, k)
 }
 
 var layerModules = []string{spark.InputNorm, spark.QKV, spark.GateProj, spark.OProj, spark.PostNorm, spark.MLPGate, spark.MLPUp, spark.MLPDown}
@@ -179,9 +200,37 @@ type layerCache struct {
 	layers []*Layer // least recently used first
 }
 
-// Layer returns layer i's float32 weights, widening them on first use. The
-// returned weights stay valid until CachedLayers other layers are loaded.
+// Layer returns layer i's weights with every field in float32 (callers
+// may read and rewrite them: GPTQ replaces a layer's linears by their
+// dequantized codes before the propagation pass), widening them on first
+// use. The returned weights stay valid until CachedLayers other layers are
+// loaded, and the forward multiplies the float32 fields from then on.
 func (m *Model) Layer(i int) (*Layer, error) {
+	l, err := m.layer(i)
+	if err != nil {
+		return nil, err
+	}
+	for f, p := range l.fields() {
+		b := l.bf16[f]
+		if b == nil {
+			continue
+		}
+		*p = grow(*p, len(b))
+		if err := widen(*p, l.raw[f], dtype.BF16); err != nil {
+			return nil, fmt.Errorf("%s: %w", spark.LayerWeight(i, layerModules[f]), err)
+		}
+		l.bf16[f] = nil
+		if m.streaming() {
+			releasePages(l.raw[f])
+			l.raw[f] = nil
+		}
+	}
+	return l, nil
+}
+
+// layer returns layer i as the forward multiplies it (bf16 linears in
+// place), loading it on first use.
+func (m *Model) layer(i int) (*Layer, error) {
 	if i < 0 || i >= m.Cfg.NumLayers {
 		return nil, fmt.Errorf("layer %d out of range (model has %d layers)", i, m.Cfg.NumLayers)
 	}
@@ -196,6 +245,7 @@ func (m *Model) Layer(i int) (*Layer, error) {
 	if len(lc.layers) >= lc.cap {
 		l = lc.layers[0]
 		lc.layers = lc.layers[1:]
+		m.evict(l)
 	}
 	if err := m.loadLayer(l, i); err != nil {
 		return nil, err
@@ -204,16 +254,31 @@ func (m *Model) Layer(i int) (*Layer, error) {
 	return l, nil
 }
 
+// evict forgets an evicted layer's bf16 views, dropping their pages when
+// streaming; its float32 buffers are kept for the next layer.
+func (m *Model) evict(l *Layer) {
+	for f, raw := range l.raw {
+		if raw != nil && m.streaming() {
+			releasePages(raw)
+		}
+		l.raw[f], l.bf16[f] = nil, nil
+	}
+}
+
 func (m *Model) loadLayer(l *Layer, i int) error {
 	l.Index, l.Sliding = i, m.Cfg.IsSliding(i)
 	sizes := layerSizes(m.Cfg)
 	for k, f := range l.fields() {
 		name := spark.LayerWeight(i, layerModules[k])
 		n := sizes[k]
-		if cap(*f) < n {
-			*f = make([]float32, n)
+		if k != 0 && k != 4 { // a linear: multiply bf16 in place when stored so
+			if b, raw := bf16Tensor(m.W, name, n); b != nil {
+				l.bf16[k], l.raw[k], l.Act[k] = b, raw, Act{}
+				*f = (*f)[:0]
+				continue
+			}
 		}
-		*f = (*f)[:n]
+		*f = grow(*f, n)
 		act, err := widenTensor(m.W, name, *f, m.streaming())
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.W.Describe(), err)
@@ -221,6 +286,14 @@ func (m *Model) loadLayer(l *Layer, i int) error {
 		l.Act[k] = act
 	}
 	return nil
+}
+
+// grow returns s resized to n values, reallocated only when too small.
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
 }
 
 // layerSizes is the number of values of each Layer field.
@@ -320,7 +393,7 @@ func (m *Model) rmsNorm(out, x, w []float32) {
 func (m *Model) HeadBlocks(fn []float32, T int, visit func(v0, v1 int, logits []float32)) error {
 	c := m.Cfg
 	h, V := c.HiddenSize, c.VocabSize
-	if m.headRows >= V && m.head == nil {
+	if m.headRows >= V && m.head == nil && m.headBits == nil {
 		m.head = make([]float32, V*h)
 		if err := widen(m.head, m.headRaw, m.headType); err != nil {
 			m.head = nil
@@ -329,13 +402,21 @@ func (m *Model) HeadBlocks(fn []float32, T int, visit func(v0, v1 int, logits []
 	}
 	fn = m.actIn(m.headAct, fn, h)
 	var w []float32
-	if m.head == nil {
+	if m.head == nil && m.headBits == nil {
 		w = make([]float32, m.headRows*h)
 	}
 	out := make([]float32, T*m.headRows)
 	for v0 := 0; v0 < V; v0 += m.headRows {
 		v1 := min(v0+m.headRows, V)
 		nb := v1 - v0
+		if m.headBits != nil {
+			kernels.MatMulNTBF16(out[:T*nb], fn, m.headBits[v0*h:v1*h], T, nb, h)
+			if m.headRows < V {
+				releasePages(m.headRaw[v0*h*2 : v1*h*2])
+			}
+			visit(v0, v1, out[:T*nb])
+			continue
+		}
 		wb, err := m.headRowsF32(w, v0, v1)
 		if err != nil {
 			return err

@@ -1,8 +1,10 @@
 package forward
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"sparkconv/dtype"
 	"sparkconv/kernels"
@@ -175,6 +177,22 @@ func widenTensor(w Weights, name string, dst []float32, release bool) (Act, erro
 		releasePages(raw)
 	}
 	return Act{}, nil
+}
+
+// bf16Tensor returns the named tensor of w as bf16 bits viewed in place
+// (no copy) and its stored bytes, when w stores it in bf16 with n values;
+// nil otherwise (other dtypes, quantized, or bytes that cannot be viewed
+// as uint16: misaligned, or a big-endian host). Errors are left to the
+// widening path, which reports them.
+func bf16Tensor(w Weights, name string, n int) ([]uint16, []byte) {
+	dt, raw, ok, err := w.Float(name)
+	if err != nil || !ok || dt != dtype.BF16 || len(raw) != 2*n || n == 0 {
+		return nil, nil
+	}
+	if uintptr(unsafe.Pointer(unsafe.SliceData(raw)))%2 != 0 || binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		return nil, nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw))), n), raw
 }
 
 // actIn returns the input a linear with rule a sees: x itself, or x
