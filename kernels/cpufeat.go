@@ -21,8 +21,8 @@ type Features struct {
 	// XCR0 is the extended control register 0 (0 when unreadable).
 	XCR0 uint64 `json:"xcr0"`
 	// AMX is the outcome of the tile-data permission request
-	// (arch_prctl ARCH_REQ_XCOMP_PERM): "granted", "not requested: ..."
-	// or "not supported: ...". Never fatal: without it AMX is not used.
+	// (arch_prctl ARCH_REQ_XCOMP_PERM, made once): "granted" or "not
+	// supported: why". Never fatal: without it AMX is not used.
 	AMX string `json:"amx"`
 }
 
@@ -107,27 +107,21 @@ var (
 	cpuFeat Features
 )
 
-// CPU probes the running CPU once (on Linux with AMX, that includes the
-// tile permission request) and returns what it found.
+// CPU probes the running CPU once, including the AMX tile permission
+// request, and returns what it found.
 func CPU() Features {
 	cpuOnce.Do(func() {
 		cpuFeat = probeCPU()
-		switch {
-		case !cpuFeat.Has("amx_tile"):
-			cpuFeat.AMX = "not requested: no usable amx_tile"
-		default:
-			if err := requestAMX(); err != nil {
-				cpuFeat.AMX = "not supported: " + err.Error()
-			} else {
-				cpuFeat.AMX = "granted"
-			}
+		cpuFeat.AMX = "granted"
+		if err := requestAMX(); err != nil {
+			cpuFeat.AMX = "not supported: " + err.Error()
 		}
 	})
 	return cpuFeat
 }
 
 // String is a one-line summary ("amd64: usable fma avx avx2; AMX not
-// requested: ...").
+// supported: ...").
 func (f Features) String() string {
 	return fmt.Sprintf("%s: usable %s; AMX %s", f.Arch, strings.Join(f.Usable, " "), f.AMX)
 }

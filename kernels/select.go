@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
 // EnvKernels names the environment variable that pins the kernel family:
@@ -43,3 +44,56 @@ func EnvError() error { return envErr }
 // Active names the float32 GEMM micro-kernel in use (for example
 // "avx2-6x16" or "go-2x4").
 func Active() string { return sgemmKern.name }
+
+// Choice is one row of the kernel selection table: an operation of the
+// forward, the kernel that runs it in this process, and why.
+type Choice struct {
+	Op     string `json:"op"`
+	Kernel string `json:"kernel"`
+	Why    string `json:"why"`
+}
+
+// familyKernels names what each family runs for the forward's products
+// (the init of arch_amd64.go installs them; usePortable the first row).
+var familyKernels = map[string][4]string{
+	"go-2x4": {"go-2x4", "go-2x4 + portable bf16 packer", "go dot (8 lane sums)", "widen 8 rows, go dot"},
+	"avx2-6x16": {"avx2-6x16 (FMA)", "avx2-6x16 + avx2 widen-transpose packer (VPMOVZXWD, VPSLLD 16)",
+		"avx2 dot4 (the go dot's order: multiply, then add)", "avx2 dot4, bf16 widened on load"},
+	"avx512-14x32": {"avx512-14x32 (FMA)", "avx512-14x32 + portable bf16 packer", "avx512 sdot4 (FMA)", "widen 8 rows, avx512 sdot4"},
+}
+
+// Selection is the kernel selection table of this process: for each
+// product of the forward, the kernel the CPU probe, EnvKernels and this
+// build chose, and why. The last two rows are the seam for the units this
+// build has no kernel for (AVX512-BF16 dot products, AMX-BF16 tiles): none
+// was written because none could be run and tested here ("real or
+// absent"); a new kernel adds its family to familyKernels and its row.
+func Selection() []Choice {
+	f := CPU()
+	names := familyKernels[sgemmKern.name]
+	why := fmt.Sprintf("usable: %s", strings.Join(f.Usable, " "))
+	switch {
+	case envFamily < familyAVX512 && os.Getenv(EnvKernels) != "":
+		why += fmt.Sprintf("; %s=%s", EnvKernels, os.Getenv(EnvKernels))
+	case sgemmKern == goSgemm:
+		why += "; no avx2+fma"
+	case sgemmKern.name == "avx2-6x16":
+		why += "; no avx512f+avx512dq"
+	}
+	has := func(flag string) string {
+		if f.Has(flag) {
+			return "this CPU has " + flag
+		}
+		return "this CPU lacks " + flag
+	}
+	return []Choice{
+		{"gemm, float32 x float32 (attention, dequantized weights)", names[0], why},
+		{"gemm, float32 activations x bf16 weights (prefill linears, head)", names[1], why + "; weights stay bf16, widened exactly in the B panel"},
+		{"matvec, float32 weights (decode)", names[2], why},
+		{"matvec, bf16 weights (decode)", names[3], why + "; half the bytes of float32 weights"},
+		{"bf16 x bf16 dot products (AVX512-BF16 VDPBF16PS)", "absent",
+			has("avx512_bf16") + "; no kernel in this build: no AVX512-BF16 machine was available to test one, and it would round activations to bf16"},
+		{"bf16 tile gemm (AMX-BF16)", "absent",
+			has("amx_bf16") + ", tile permission " + f.AMX + "; no kernel in this build: no AMX machine was available to test one"},
+	}
+}

@@ -3,6 +3,7 @@ package kernels
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -41,6 +42,42 @@ func TestEnvKernelsPins(t *testing.T) {
 		cmd.Env = append(os.Environ(), EnvKernels+"="+fam, "KERNELS_SELECT_CHILD="+kern)
 		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "PASS") {
 			t.Errorf("%s=%s: %v\n%s", EnvKernels, fam, err, out)
+		}
+	}
+}
+
+// TestSelection checks the table names the kernels actually installed.
+func TestSelection(t *testing.T) {
+	rows := Selection()
+	if len(rows) != 6 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	if !strings.HasPrefix(rows[0].Kernel, Active()) {
+		t.Errorf("gemm row %q, active kernel %s", rows[0].Kernel, Active())
+	}
+	for _, r := range rows[4:] {
+		if r.Kernel != "absent" {
+			t.Errorf("%s: %q: this build has no such kernel", r.Op, r.Kernel)
+		}
+	}
+	restore := usePortable()
+	defer restore()
+	if got := Selection()[3].Kernel; got != "widen 8 rows, go dot" {
+		t.Errorf("portable bf16 matvec row %q", got)
+	}
+}
+
+// TestProbeAgreesWithXSysCPU checks the feature probe against
+// golang.org/x/sys/cpu, which chooses the kernel family at init.
+func TestProbeAgreesWithXSysCPU(t *testing.T) {
+	f := CPU()
+	for _, c := range []struct {
+		flag string
+		has  bool
+	}{{"avx2", cpu.X86.HasAVX2}, {"fma", cpu.X86.HasFMA}, {"avx512f", cpu.X86.HasAVX512F},
+		{"avx512dq", cpu.X86.HasAVX512DQ}, {"avx512_bf16", cpu.X86.HasAVX512BF16}} {
+		if runtime.GOARCH == "amd64" && f.Has(c.flag) != c.has {
+			t.Errorf("%s: probe %v, x/sys/cpu %v", c.flag, f.Has(c.flag), c.has)
 		}
 	}
 }

@@ -3,8 +3,12 @@ package plan
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
+
+	"sparkconv/kernels"
 )
 
 // TestAutoRecorded: each recorded cpuinfo gets its class's path.
@@ -77,4 +81,28 @@ func FuzzProbeCPUInfo(f *testing.F) {
 			t.Errorf("class %q: %v", p.Class(), err)
 		}
 	})
+}
+
+// TestProbeAgreesWithKernels reads this host's /proc/cpuinfo with
+// ProbeCPUInfo and checks each deciding flag against the kernels' CPUID
+// probe (which Linux's flags list must match: it shows what the CPU has
+// and the kernel enabled).
+func TestProbeAgreesWithKernels(t *testing.T) {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil || runtime.GOARCH != "amd64" {
+		t.Skip("needs /proc/cpuinfo on amd64")
+	}
+	p, err := ProbeCPUInfo(data, "/proc/cpuinfo", runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := kernels.CPU()
+	for _, fl := range []string{"amx_tile", "amx_int8", "avx512f", "avx2"} {
+		if got, want := slices.Contains(p.Flags, fl), f.Has(fl); got != want {
+			t.Errorf("%s: plan's cpuinfo probe %v, kernels' CPUID probe %v (%s)", fl, got, want, f)
+		}
+	}
+	if !strings.HasPrefix(p.Class(), "x86") {
+		t.Errorf("class %s on amd64", p.Class())
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sparkconv/eval"
+	"sparkconv/kernels"
 )
 
 // TestEvalCommand: --json carries every figure the issue names; the base
@@ -75,6 +76,20 @@ func TestPlanCommand(t *testing.T) {
 	}
 	if c["path"] != "w4a8-gptq" || c["verified"] != true || !strings.HasPrefix(c["command"].(string), "sparkconv gptq --model /m") || c["why"] == "" {
 		t.Errorf("plan: %v", c)
+	}
+	if _, ok := c["kernels"]; ok {
+		t.Errorf("a recorded cpuinfo's plan shows this machine's kernels: %v", c)
+	}
+	// The running machine's plan adds the CPU probe and the kernel table.
+	var here struct {
+		CPU     struct{ Usable []string } `json:"cpu"`
+		Kernels []struct{ Op, Kernel string }
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, "--json", "plan")), &here); err != nil {
+		t.Fatal(err)
+	}
+	if len(here.Kernels) != 6 || !strings.HasPrefix(here.Kernels[0].Kernel, kernels.Active()) || here.Kernels[5].Kernel != "absent" {
+		t.Errorf("plan on this machine: %+v", here)
 	}
 	if out := mustRun(t, "plan", "--target", "arm64"); !strings.Contains(out, "UNVERIFIED") || !strings.Contains(out, "sparkconv w4a16") {
 		t.Errorf("arm64 plan:\n%s", out)

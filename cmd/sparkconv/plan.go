@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/kernels"
 	"sparkconv/plan"
 )
 
@@ -42,8 +43,13 @@ target machine) for amx_tile, amx_int8, avx512f and avx2.`,
 			if err != nil {
 				return err
 			}
+			out := planOutput{Choice: c}
+			if target == "auto" && cpuinfo == "" { // the running machine
+				f := kernels.CPU()
+				out.CPU, out.Kernels = &f, kernels.Selection()
+			}
 			if jsonOut {
-				return printJSON(c)
+				return printJSON(out)
 			}
 			w := cmd.OutOrStdout()
 			verified := ""
@@ -55,6 +61,12 @@ target machine) for amx_tile, amx_int8, avx512f and avx2.`,
 				fmt.Fprintf(w, " (probed %s: %s %s, flags %s)", c.Probe.Source, c.Probe.Arch, c.Probe.Model, strings.Join(c.Probe.Flags, " "))
 			}
 			fmt.Fprintf(w, "\npath %s%s\nwhy: %s\nrun:\n  %s\n", c.Path, verified, c.Why, c.Command)
+			if out.CPU != nil {
+				fmt.Fprintf(w, "this machine's forward kernels (CPU probe: %s):\n", out.CPU)
+				for _, k := range out.Kernels {
+					fmt.Fprintf(w, "  %s: %s\n    why: %s\n", k.Op, k.Kernel, k.Why)
+				}
+			}
 			return nil
 		},
 	}
@@ -67,6 +79,14 @@ target machine) for amx_tile, amx_int8, avx512f and avx2.`,
 	oneOf(cmd, "priority", plan.Priorities...)
 	freeForm(cmd, "cpuinfo", "model")
 	rootCmd.AddCommand(cmd)
+}
+
+// planOutput is the plan, plus the CPU probe and the forward's kernel
+// selection when the plan is for the running machine.
+type planOutput struct {
+	plan.Choice
+	CPU     *kernels.Features `json:"cpu,omitempty"`
+	Kernels []kernels.Choice  `json:"kernels,omitempty"`
 }
 
 func runPlan(target, priority, cpuinfo, model string) (plan.Choice, error) {
