@@ -307,17 +307,7 @@ func packBBF16AVX2(dst []float32, b []uint16, ld, p0, kb, j0, cols, nr int) {
 // matVecRowsAVX2 is matVecRowsGo four rows per assembly call, in dotGo's
 // order (bit-identical results, vector speed).
 func matVecRowsAVX2(y, b, x []float32, k int) {
-	k8 := k &^ 7
-	var acc [4][8]float32
-	j := 0
-	for ; j+4 <= len(y) && k8 > 0; j += 4 {
-		_ = b[(j+3)*k+k8-1]
-		_ = x[k8-1]
-		dot4AVX2(&b[j*k], k, &x[0], k8, &acc[0][0])
-		for r := range 4 {
-			y[j+r] = finishDot(&acc[r], b[(j+r)*k+k8:(j+r+1)*k], x[k8:k])
-		}
-	}
+	j := matVecRows4(y, b, x, k, dot4AVX2, func(_ []float32, s []float32) []float32 { return s })
 	for ; j < len(y); j++ {
 		y[j] = dotGo(b[j*k:(j+1)*k], x)
 	}
@@ -325,21 +315,32 @@ func matVecRowsAVX2(y, b, x []float32, k int) {
 
 // matVecRowsBF16AVX2 is matVecRowsAVX2 on bf16 rows, widened in registers.
 func matVecRowsBF16AVX2(y []float32, b []uint16, x []float32, k int) {
+	j := matVecRows4(y, b, x, k, dot4BF16AVX2, func(buf []float32, s []uint16) []float32 {
+		WidenBF16(buf[:len(s)], s)
+		return buf[:len(s)]
+	})
+	if j < len(y) {
+		matVecRowsBF16Widen(y[j:], b[j*k:], x, k)
+	}
+}
+
+// matVecRows4 runs a 4-row dot kernel over the rows of y in groups of
+// four (its lane sums over k &^ 7 values), finishing each row with its
+// k%8 tail as float32 (tail widens it into an 8-value buffer when needed).
+// It returns how many rows it did.
+func matVecRows4[T float32 | uint16](y []float32, b []T, x []float32, k int,
+	dot4 func(b *T, ldb int, x *float32, k8 int, acc *float32), tail func(buf []float32, s []T) []float32) int {
 	k8 := k &^ 7
 	var acc [4][8]float32
-	var tail [8]float32
+	var buf [8]float32
 	j := 0
 	for ; j+4 <= len(y) && k8 > 0; j += 4 {
 		_ = b[(j+3)*k+k8-1]
 		_ = x[k8-1]
-		dot4BF16AVX2(&b[j*k], k, &x[0], k8, &acc[0][0])
+		dot4(&b[j*k], k, &x[0], k8, &acc[0][0])
 		for r := range 4 {
-			t := tail[:k-k8]
-			WidenBF16(t, b[(j+r)*k+k8:(j+r+1)*k])
-			y[j+r] = finishDot(&acc[r], t, x[k8:k])
+			y[j+r] = finishDot(&acc[r], tail(buf[:], b[(j+r)*k+k8:(j+r+1)*k]), x[k8:k])
 		}
 	}
-	if j < len(y) {
-		matVecRowsBF16Widen(y[j:], b[j*k:], x, k)
-	}
+	return j
 }

@@ -111,14 +111,18 @@ class Layer:
 
 
 def median_seconds(fn, warmup, runs):
+    """Median wall seconds of runs calls (after warmup ones), the list, and
+    the median CPU seconds of this process per call (on a shared machine
+    the per-CPU-second rate is the steadier one)."""
     for _ in range(warmup):
         fn()
-    ts = []
+    ts, cs = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), ts
+        cs.append(time.process_time() - c0)
+    return statistics.median(ts), ts, statistics.median(cs)
 
 
 def layer_flops(T, sliding):
@@ -145,23 +149,29 @@ def main():
            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "tokens": a.tokens}
     with torch.inference_mode():
         for kind in ["sliding", "full"]:
-            sec, ts = median_seconds(lambda: layer.prefill(x, kind == "sliding"), a.warmup, a.runs)
+            sec, ts, cpu = median_seconds(lambda: layer.prefill(x, kind == "sliding"), a.warmup, a.runs)
+            fl = layer_flops(a.tokens, kind == "sliding")
             out[f"prefill_{kind}"] = {"seconds": sec, "tokens_per_s": a.tokens / sec,
-                                      "gflop_per_s": layer_flops(a.tokens, kind == "sliding") / sec / 1e9,
+                                      "gflop_per_s": fl / sec / 1e9, "cpu_seconds": cpu,
+                                      "tokens_per_cpu_s": a.tokens / cpu, "gflop_per_cpu_s": fl / cpu / 1e9,
                                       "runs": ts}
         kc = (0.5 * torch.randn(WINDOW - 1, KV, D, generator=g)).to(dtype)
         vc = (0.5 * torch.randn(WINDOW - 1, KV, D, generator=g)).to(dtype)
         x1 = x[:1].clone()
-        sec, ts = median_seconds(lambda: layer.decode(x1, kc, vc, 600), 3 * a.warmup, 4 * a.runs)
+        sec, ts, cpu = median_seconds(lambda: layer.decode(x1, kc, vc, 600), 3 * a.warmup, 4 * a.runs)
         wbytes = sum(t.numel() * t.element_size() for t in
                      [layer.qkv, layer.g, layer.o, layer.gate, layer.up, layer.down])
-        out["decode"] = {"seconds": sec, "tokens_per_s": 1 / sec, "weight_gb_per_s": wbytes / sec / 1e9, "runs": ts}
+        out["decode"] = {"seconds": sec, "tokens_per_s": 1 / sec, "weight_gb_per_s": wbytes / sec / 1e9,
+                         "cpu_seconds": cpu, "tokens_per_cpu_s": 1 / cpu, "runs": ts}
     if a.json:
         print(json.dumps(out))
         return
     for k in ["prefill_sliding", "prefill_full"]:
-        print(f"{a.dtype} {k}: {out[k]['tokens_per_s']:.1f} tokens/s ({out[k]['gflop_per_s']:.1f} GFLOP/s)")
-    print(f"{a.dtype} decode: {out['decode']['tokens_per_s']:.1f} tokens/s ({out['decode']['weight_gb_per_s']:.2f} GB/s of weights)")
+        print(f"{a.dtype} {k}: {out[k]['tokens_per_s']:.1f} tokens/s ({out[k]['gflop_per_s']:.1f} GFLOP/s), "
+              f"{out[k]['tokens_per_cpu_s']:.1f} tokens per CPU-s")
+    d = out["decode"]
+    print(f"{a.dtype} decode: {d['tokens_per_s']:.1f} tokens/s ({d['weight_gb_per_s']:.2f} GB/s of weights), "
+          f"{d['tokens_per_cpu_s']:.1f} tokens per CPU-s")
 
 
 if __name__ == "__main__":
