@@ -1,6 +1,7 @@
 // Package forward is the float32 reference forward of Spark-X2.5, exactly
 // as "One layer, exactly" in shared/spec/spark-x2.5.md: bf16 weights are
-// widened to float32 exactly and every activation is float32 (reductions of
+// widened to float32 exactly (inside the kernels) and every activation is
+// float32 (reductions of
 // RMSNorm and softmax, GELU, sigmoid and the RoPE angles in float64).
 //
 // It owns:
@@ -19,15 +20,19 @@
 //     and a whole-model token-by-token Decoder on top;
 //   - Compare, the SNR / max-error measure the tests and verifiers use.
 //
-// Weights are read from the memory-mapped checkpoint. Layer weights are
-// widened to float32 on first use and kept in a small cache (Options.
-// CachedLayers): every layer for small models, two for the full-size one, so
-// a full-size prefill streams layer by layer and holds at most two layers'
-// float32 weights. The embedding is read row by row from its stored dtype and
-// the output head is widened block by block (Options.HeadBlockRows), so
-// neither is ever held as a whole float32 copy unless the model is small.
+// Weights are read from the memory-mapped checkpoint. bf16 linears and a
+// bf16 head are multiplied in place (kernels.MatMulNTBF16: each value
+// widened exactly inside the kernel, the same sums as a float32 copy);
+// other weights (f16, f32, dequantized) are widened to float32 on first use.
+// Layers are kept in a small cache (Options.CachedLayers): every layer for
+// small models, two for the full-size one, so a full-size prefill streams
+// layer by layer, dropping the mapped pages of evicted layers. The
+// embedding is read row by row from its stored dtype, and the output head
+// goes block by block (Options.HeadBlockRows), so neither is ever held as a
+// whole float32 copy unless the model is small and not bf16.
 //
-// The GEMMs are kernels.MatMulNT / MatMulNN / MatVecNT (all cores).
+// The GEMMs are kernels.MatMulNT(BF16) / MatMulNN / MatVecNT(BF16) (all
+// cores).
 // Attention runs per KV head and block of queries with the GQA query heads
 // stacked as rows (the ONNX graph's reshape), so the 4 query heads of a KV
 // head share one GEMM against its keys, and sliding layers only visit the

@@ -15,9 +15,10 @@ import (
 
 // Options tune memory use; the zero value picks sensible defaults.
 type Options struct {
-	// CachedLayers is how many layers' float32 weights stay in memory at
-	// once (least recently used is dropped first). 0 chooses: all layers
-	// when their float32 weights fit in 2 GiB, else 2.
+	// CachedLayers is how many layers stay loaded at once (least recently
+	// used is dropped first: its float32 weights are reused, the mapped
+	// pages of its bf16 weights dropped). 0 chooses: all layers when their
+	// float32 weights would fit in 2 GiB, else 2.
 	CachedLayers int
 	// HeadBlockRows is how many vocabulary rows of the head are widened to
 	// float32 at a time. 0 chooses 32 MiB worth of rows, or the whole head

@@ -1,6 +1,8 @@
 // Package kernels owns the hot numeric kernels of sparkconv: the fp32 GEMMs
 // and matrix-vector products of the reference forward (MatMulNT, MatMulNN,
-// MatVecNT, the BLAS-style Sgemm/Dgemm), the float64 calibration Hessian
+// MatVecNT, the BLAS-style Sgemm/Dgemm) and their bf16-weight forms
+// (MatMulNTBF16, MatVecNTBF16: the weight stays bf16, widened exactly as it
+// is packed or loaded, with the float32 kernels' results bit for bit), the float64 calibration Hessian
 // accumulation (SyrkAccumulate: H += X^T X), and the float64 Cholesky family
 // GPTQ needs (Cholesky, TriInverseLower, CholeskyInverse and
 // CholeskyUpperInverse, the upper factor of the inverse), plus a few
@@ -14,5 +16,8 @@
 // gen_asm.go: AVX-512 (14x32 float32, 14x16 float64 tiles) or AVX2+FMA
 // (6x16, 6x8), chosen at run time from golang.org/x/sys/cpu. Elsewhere, and
 // in the tests of the fallbacks, a portable pure-Go 2x4 kernel is used. Work
-// is spread over GOMAXPROCS goroutines.
+// is spread over GOMAXPROCS goroutines. CPU is the package's own feature
+// probe (CPUID and XCR0, the AMX tile permission request) and Selection the
+// table of which kernel runs each product here and why (AVX512-BF16 and AMX
+// kernels are absent: none could be tested).
 package kernels

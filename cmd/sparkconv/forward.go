@@ -26,8 +26,8 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "forward --model DIR (--text S | --ids 1,2,3) [--top-k 5] [--dump FILE.safetensors]",
 		Short: "Run the fp32 reference forward of any checkpoint or sparkconv output: next-token top-k, optionally every layer's tensors",
-		Long: `Runs the float32 reference forward (bf16 weights widened exactly) over a token
-sequence and prints the top-k next tokens after its last position. --model may
+		Long: `Runs the float32 reference forward (bf16 weights multiplied in place, each
+widened exactly inside the kernels) over a token sequence and prints the top-k next tokens after its last position. --model may
 also be a quantized sparkconv output (W8A8, GPTQ, W4A16): its weights are
 dequantized by the format's reader and each quantized linear's input is
 quantized as the runtime's kernel does it (W4A8 and W8A8: int8 per token;
