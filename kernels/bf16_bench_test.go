@@ -13,7 +13,7 @@ func BenchmarkMatMulNTBF16(b *testing.B) {
 		b.Run(fmt.Sprintf("m%d_n%d_k%d", s.m, s.n, s.k), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
 			x := randF32(r, s.m*s.k)
-			w, _ := randBF16(r, s.n*s.k)
+			w, _ := randBF16(r, s.n*s.k, false)
 			c := make([]float32, s.m*s.n)
 			MatMulNTBF16(c, x, w, s.m, s.n, s.k)
 			cpu0 := processCPU()
@@ -32,7 +32,7 @@ func BenchmarkMatVecNTBF16(b *testing.B) {
 	for _, s := range []struct{ n, k int }{{2048, 2048}, {6656, 2048}, {2048, 6656}} {
 		b.Run(fmt.Sprintf("n%d_k%d", s.n, s.k), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
-			w, _ := randBF16(r, s.n*s.k)
+			w, _ := randBF16(r, s.n*s.k, false)
 			x := randF32(r, s.k)
 			y := make([]float32, s.n)
 			b.SetBytes(int64(2 * s.n * s.k))
