@@ -204,18 +204,26 @@ func (s *solver) setParam(n, gi int, p param) {
 func (s *solver) columns(n int, w, e []float32, i1, j1, j2 int, seg []float32) {
 	k, u, perm := s.m.K, s.f.U32, s.f.Perm
 	codes := s.dst.Codes[n*k : (n+1)*k]
+	var p param
+	if !s.f.Act {
+		p = s.dst.param(n, j1/s.gs) // in processing order, groups are runs
+	}
 	for i := j1; i < j2; i++ {
 		c := perm[i]
-		if !s.f.Act && i%s.gs == 0 {
+		switch {
+		case s.f.Act:
+			p = s.dst.param(n, c/s.gs)
+		case i%s.gs == 0:
 			copy(seg, w[i:i+s.gs])
-			s.setParam(n, i/s.gs, s.g.fit(seg))
+			p = s.g.fit(seg)
+			s.setParam(n, i/s.gs, p)
 		}
-		q, v := s.g.code(s.dst.param(n, c/s.gs), w[i])
+		q, v := s.g.code(p, w[i])
 		codes[c] = q
 		d := (w[i] - v) / u[i*k+i]
 		e[i-i1] = d
-		ui := u[i*k+i+1 : i*k+j2]
 		wi := w[i+1 : j2]
+		ui := u[i*k+i+1 : i*k+i+1+len(wi)]
 		for j := range wi {
 			wi[j] -= d * ui[j]
 		}
