@@ -115,11 +115,12 @@ func dampSchedule(d float64) []float64 {
 }
 
 // Factor is what the solve needs from a Hessian: the upper triangular U
-// with U^T U = (H + damp I)^-1, in processing order.
+// with U^T U = (H + damp I)^-1, in processing order, computed in float64
+// and rounded once to float32.
 type Factor struct {
 	K    int
-	U    []float64 // [K, K] row-major, zero below the diagonal
-	U32  []float32 // U rounded to float32: what Solve reads
+	U    []float32 // [K, K] row-major, zero below the diagonal
+	work []float64 // Prepare's float64 scratch (a retry may share it)
 	Perm []int     // Perm[i] is the input channel processed i-th
 	Dead []bool    // input channels with diag H = 0 (their weights become 0)
 	// Damp is the damping fraction that factored; Tries how many were tried.
@@ -167,29 +168,29 @@ func Prepare(f *Factor, h []float64, k int, damp float64, actOrder bool) error {
 			return 0
 		})
 	}
-	f.U = slices.Grow(f.U[:0], k*k)[:k*k]
+	f.work = slices.Grow(f.work[:0], k*k)[:k*k]
 	for t, d := range dampSchedule(damp) {
 		f.Tries = t + 1
 		kernels.Parallel(k, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				src, dst := h[f.Perm[i]*k:], f.U[i*k:(i+1)*k]
+				src, dst := h[f.Perm[i]*k:], f.work[i*k:(i+1)*k]
 				for j, pj := range f.Perm {
 					dst[j] = src[pj]
 				}
 				dst[i] = diag[f.Perm[i]] + d*mean
 			}
 		})
-		if err := kernels.CholeskyUpperInverse(f.U, k); err == nil {
+		if err := kernels.CholeskyUpperInverse(f.work, k); err == nil {
 			f.Damp = d
-			f.U32 = slices.Grow(f.U32[:0], k*k)[:k*k]
+			f.U = slices.Grow(f.U[:0], k*k)[:k*k]
 			kernels.Parallel(k, func(lo, hi int) {
-				for i, v := range f.U[lo*k : hi*k] {
-					f.U32[lo*k+i] = float32(v)
+				for i, v := range f.work[lo*k : hi*k] {
+					f.U[lo*k+i] = float32(v)
 				}
 			})
 			return nil
 		}
 	}
-	f.Damp, f.U32 = 0, f.U32[:0]
+	f.Damp, f.U = 0, f.U[:0]
 	return ErrNotPD
 }

@@ -390,7 +390,7 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 		// Overfitted (a Hessian with barely more rows than channels):
 		// more damping pulls the solve toward round to nearest.
 		setPhase("retry")
-		var f Factor
+		f := Factor{work: r.f.work} // r.f's float64 scratch is free again
 		if err := Prepare(&f, h.H, h.K, RetryDamp, r.c.ActOrder); err == nil {
 			again := &Result{}
 			if err := Solve(again, m, &f, r.grid); err != nil {

@@ -70,12 +70,12 @@ func (r *Result) size(n, k, gs int, zeros bool) {
 // zero first. Stats is the weight error against m.
 //
 // The working copy of W, the errors and the updates are float32 (the
-// factor is computed in float64 and rounded once, f.U32): every update is
+// factor is computed in float64 and rounded once, f.U): every update is
 // a float32 GEMM except inside sub-blocks of subBlock columns.
 func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error {
 	n, k := m.N, m.K
 	gs := g.group(k)
-	if f.K != k || len(f.U32) != k*k {
+	if f.K != k || len(f.U) != k*k {
 		return fmt.Errorf("gptq: factor is for K=%d, matrix is [%d, %d]", f.K, n, k)
 	}
 	if gs <= 0 || k%gs != 0 {
@@ -129,7 +129,7 @@ func (s *solver) panel(n0, n1 int) {
 			s.load(n0+r, s.w[r*k:(r+1)*k], orig)
 		}
 	})
-	u := s.f.U32
+	u := s.f.U
 	for i1 := 0; i1 < k; i1 += BlockSize {
 		i2 := min(k, i1+BlockSize)
 		for j1 := i1; j1 < i2; j1 += s.sub {
@@ -202,7 +202,7 @@ func (s *solver) setParam(n, gi int, p param) {
 // into the sub-block's later columns and keep it in e for the GEMMs that
 // update the rest of the row.
 func (s *solver) columns(n int, w, e []float32, i1, j1, j2 int, seg []float32) {
-	k, u, perm := s.m.K, s.f.U32, s.f.Perm
+	k, u, perm := s.m.K, s.f.U, s.f.Perm
 	codes := s.dst.Codes[n*k : (n+1)*k]
 	var p param
 	if !s.f.Act {
