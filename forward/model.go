@@ -87,12 +87,22 @@ func NewWeights(w Weights, opt Options) (*Model, error) {
 	}
 	m.embRaw, m.embType = raw, dt
 	m.planMemory(opt)
+	// Opening a tensor scans it for NaN/Inf, which maps every page of it;
+	// a streamed model reads the embedding row by row and the head block
+	// by block, so their pages are dropped again (the full model's tied
+	// table is 512 MB).
+	if m.streaming() {
+		releasePages(raw)
+	}
 	if dt, raw, ok, err = w.Float(c.HeadWeight()); err != nil {
 		return nil, err
 	}
 	if ok {
 		m.headRaw, m.headType = raw, dt
 		m.headBits, _ = bf16Tensor(w, c.HeadWeight(), c.VocabSize*c.HiddenSize)
+		if m.headRows < c.VocabSize {
+			releasePages(raw)
+		}
 		return m, nil
 	}
 	m.head = make([]float32, c.VocabSize*c.HiddenSize)
