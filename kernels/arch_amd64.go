@@ -40,7 +40,7 @@ var (
 	avx512Dgemm = &microKernel[float64]{name: "avx512-14x16", mr: 14, nr: 16, kc: 256, mc: 168, nc: 256,
 		fn: asmKernel(14, 16, dgemmAVX512x14x16), packA: packANormalF64AVX512, packB: packBTransF64AVX512}
 	avx2Sgemm = &microKernel[float32]{name: "avx2-6x16", mr: 6, nr: 16, kc: 256, mc: 96, nc: 512,
-		fn: asmKernel(6, 16, sgemmAVX2x6x16)}
+		fn: asmKernel(6, 16, sgemmAVX2x6x16), packB: packBTransAVX2}
 	avx2Dgemm = &microKernel[float64]{name: "avx2-6x8", mr: 6, nr: 8, kc: 256, mc: 96, nc: 256,
 		fn: asmKernel(6, 8, dgemmAVX2x6x8)}
 )
@@ -276,29 +276,55 @@ func dot4AVX2(b *float32, ldb int, x *float32, k8 int, acc *float32)
 //go:noescape
 func dot4BF16AVX2(b *uint16, ldb int, x *float32, k8 int, acc *float32)
 
+//go:noescape
+func transposeF32x8AVX2(src *float32, lds int, dst *float32, ldd int, k8 int)
+
 // packBBF16AVX2 is packBBF16 for the AVX2 kernel's nr = 16: each full
-// panel is two 8-row assembly widen-and-transposes; the k%8 tail and
-// ragged panels go through the portable packer.
+// panel is two 8-row assembly widen-and-transposes.
 func packBBF16AVX2(dst []float32, b []uint16, ld, p0, kb, j0, cols, nr int) {
-	k8 := kb &^ 7
-	if nr != 16 || k8 == 0 {
+	if nr != 16 || kb < 8 {
 		packBBF16Go(dst, b, ld, p0, kb, j0, cols, nr)
 		return
 	}
+	packBTrans16(dst, b, ld, p0, kb, j0, cols, widenTransBF16x8AVX2,
+		func(v uint16) float32 { return math.Float32frombits(uint32(v) << 16) },
+		func(d []float32, j, c int) { packBBF16Go(d, b, ld, p0, kb, j, c, nr) })
+}
+
+// packBTransAVX2 is packB for the AVX2 float32 kernel: a transposed B
+// (the NT case: weights [n, k]) goes through the 8-row assembly transpose.
+func packBTransAVX2(dst []float32, b operand[float32], p0, kb, j0, cols, nr int) {
+	if !b.trans || nr != 16 || kb < 8 {
+		packB(dst, b, p0, kb, j0, cols, nr)
+		return
+	}
+	packBTrans16(dst, b.data, b.ld, p0, kb, j0, cols, transposeF32x8AVX2,
+		func(v float32) float32 { return v },
+		func(d []float32, j, c int) { packB(d, b, p0, kb, j, c, nr) })
+}
+
+// packBTrans16 packs columns [j0, j0+cols) of a transposed B (B(p,j) =
+// src[j*ld+p], rows p0..p0+kb-1) into nr = 16 panels: full panels as two
+// calls of the 8-row assembly transpose tr8 over k &^ 7, the k%8 tail
+// through val, a ragged last panel through rest(dst, j, cols).
+func packBTrans16[T float32 | uint16](dst []float32, src []T, ld, p0, kb, j0, cols int,
+	tr8 func(src *T, lds int, dst *float32, ldd int, k8 int), val func(T) float32, rest func(dst []float32, j, cols int)) {
+	const nr = 16
+	k8 := kb &^ 7
 	for q := 0; q*nr < cols; q++ {
 		base := j0 + q*nr
 		if cols-q*nr < nr {
-			packBBF16Go(dst[q*kb*nr:], b, ld, p0, kb, base, cols-q*nr, nr)
+			rest(dst[q*kb*nr:], base, cols-q*nr)
 			continue
 		}
 		d := dst[q*kb*nr : (q+1)*kb*nr]
-		_ = b[(base+nr-1)*ld+p0+kb-1]
-		widenTransBF16x8AVX2(&b[base*ld+p0], ld, &d[0], nr, k8)
-		widenTransBF16x8AVX2(&b[(base+8)*ld+p0], ld, &d[8], nr, k8)
+		_ = src[(base+nr-1)*ld+p0+kb-1]
+		tr8(&src[base*ld+p0], ld, &d[0], nr, k8)
+		tr8(&src[(base+8)*ld+p0], ld, &d[8], nr, k8)
 		for c := range nr {
-			src := b[(base+c)*ld+p0+k8 : (base+c)*ld+p0+kb]
-			for p, v := range src {
-				d[(k8+p)*nr+c] = math.Float32frombits(uint32(v) << 16)
+			row := src[(base+c)*ld+p0+k8 : (base+c)*ld+p0+kb]
+			for p, v := range row {
+				d[(k8+p)*nr+c] = val(v)
 			}
 		}
 	}

@@ -4,8 +4,8 @@
 
 #include "textflag.h"
 
-// AVX2 kernels for bf16 weights (widened exactly in registers) and the
-// matrix-vector product in the portable kernel's summation order.
+// AVX2 B-panel packers (float32, and bf16 widened exactly in registers)
+// and the matrix-vector product in the portable kernel's summation order.
 
 // func widenTransBF16x8AVX2(src *uint16, lds int, dst *float32, ldd int, k8 int)
 // dst[p*ldd+r] = float32 bits src[r*lds+p] << 16 for r < 8, p < k8 (a multiple
@@ -88,6 +88,82 @@ wbf16_loop:
 	DECQ DX
 	JNZ wbf16_loop
 wbf16_done:
+	VZEROUPPER
+	RET
+
+// func transposeF32x8AVX2(src *float32, lds int, dst *float32, ldd int, k8 int)
+// dst[p*ldd+r] = src[r*lds+p] for r < 8, p < k8 (a multiple
+// of 8). Strides in elements.
+TEXT ·transposeF32x8AVX2(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), R8
+	MOVQ lds+8(FP), AX
+	MOVQ dst+16(FP), DI
+	MOVQ ldd+24(FP), CX
+	MOVQ k8+32(FP), DX
+	SHLQ $2, AX
+	SHLQ $2, CX
+	LEAQ (R8)(AX*1), R9
+	LEAQ (R8)(AX*2), R10
+	LEAQ (R9)(AX*2), R11
+	LEAQ (AX*4), BX
+	SHRQ $3, DX
+	JZ tf32_done
+tf32_loop:
+	VMOVUPS (R8), Y0
+	VMOVUPS (R8)(BX*1), Y4
+	VMOVUPS (R9), Y1
+	VMOVUPS (R9)(BX*1), Y5
+	VMOVUPS (R10), Y2
+	VMOVUPS (R10)(BX*1), Y6
+	VMOVUPS (R11), Y3
+	VMOVUPS (R11)(BX*1), Y7
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	VMOVUPS Y8, (DI)
+	ADDQ CX, DI
+	VMOVUPS Y9, (DI)
+	ADDQ CX, DI
+	VMOVUPS Y10, (DI)
+	ADDQ CX, DI
+	VMOVUPS Y11, (DI)
+	ADDQ CX, DI
+	VMOVUPS Y12, (DI)
+	ADDQ CX, DI
+	VMOVUPS Y13, (DI)
+	ADDQ CX, DI
+	VMOVUPS Y14, (DI)
+	ADDQ CX, DI
+	VMOVUPS Y15, (DI)
+	ADDQ CX, DI
+	ADDQ $32, R8
+	ADDQ $32, R9
+	ADDQ $32, R10
+	ADDQ $32, R11
+	DECQ DX
+	JNZ tf32_loop
+tf32_done:
 	VZEROUPPER
 	RET
 

@@ -123,3 +123,24 @@ func TestMatVecNTExactOrder(t *testing.T) {
 // isAVX512 reports whether the AVX-512 family is active (its float32
 // matrix-vector kernel sums in its own order).
 func isAVX512() bool { return sgemmKern.name == "avx512-14x32" }
+
+// TestPackBTrans compares each kernel's float32 B packer with the
+// portable one on transposed and normal operands.
+func TestPackBTrans(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	const ld = 531
+	data := randF32(r, 300*ld)
+	for _, kern := range sgemmAll {
+		for _, trans := range []bool{true, false} {
+			for _, c := range []struct{ p0, kb, j0, cols int }{{0, 256, 0, 64}, {3, 259, 5, 37}, {0, 7, 0, 16}, {8, 20, 17, 53}, {1, 9, 2, 16}} {
+				nr := kern.nr
+				got := make([]float32, c.kb*((c.cols+nr-1)/nr*nr))
+				want := make([]float32, len(got))
+				op := operand[float32]{data, ld, trans}
+				kern.packB2(got, op, c.p0, c.kb, c.j0, c.cols)
+				packB(want, op, c.p0, c.kb, c.j0, c.cols, nr)
+				bitsEqual(t, kern.name+" packB", got, want)
+			}
+		}
+	}
+}
