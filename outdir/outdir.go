@@ -78,7 +78,39 @@ func Create(target string, force bool, inputs ...string) (*Dir, error) {
 		os.Remove(tmp)
 		return nil, err
 	}
-	return &Dir{target: target, tmp: tmp, force: force}, nil
+	d := &Dir{target: target, tmp: tmp, force: force}
+	writing.Lock()
+	writing.dirs[d] = true
+	writing.Unlock()
+	return d, nil
+}
+
+// writing holds the folders this process is writing: created, not yet
+// being committed, not aborted.
+var writing = struct {
+	sync.Mutex
+	dirs map[*Dir]bool
+}{dirs: map[*Dir]bool{}}
+
+func (d *Dir) stopWriting() {
+	writing.Lock()
+	delete(writing.dirs, d)
+	writing.Unlock()
+}
+
+// AbortWriting removes every temporary folder this process is still
+// writing, for a process that must exit before its commands could clean
+// up (an interrupt's grace period expired during a long computation). A
+// folder whose Commit has begun is left to it (or, if the process dies
+// mid-commit, to the next run's recovery). Writers still running lose
+// their files with the folder; their Commit then fails.
+func AbortWriting() {
+	writing.Lock()
+	defer writing.Unlock()
+	for d := range writing.dirs {
+		_ = os.RemoveAll(d.tmp)
+		delete(writing.dirs, d)
+	}
 }
 
 func prefix(target, tag string) string {
@@ -232,6 +264,7 @@ func (d *Dir) Commit() error {
 	if d.done {
 		return errors.New("output already committed or aborted")
 	}
+	d.stopWriting()
 	if err := syncTree(d.tmp); err != nil {
 		return fmt.Errorf("fsync %s: %w", d.tmp, err)
 	}
@@ -309,6 +342,7 @@ func (d *Dir) Abort() {
 		return
 	}
 	d.done = true
+	d.stopWriting()
 	_ = os.RemoveAll(d.tmp)
 }
 

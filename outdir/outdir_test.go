@@ -74,3 +74,36 @@ func TestStaleTempRemoved(t *testing.T) {
 		t.Error("temp folder of a live process removed")
 	}
 }
+
+// TestAbortWriting: a folder still being written is removed, a committed
+// one is untouched, and the interrupted writer's Commit fails.
+func TestAbortWriting(t *testing.T) {
+	parent := t.TempDir()
+	done, err := Create(filepath.Join(parent, "done"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(done.Join("a.txt"), []byte("one"), 0o644)
+	if err := done.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Create(filepath.Join(parent, "busy"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(d.Join("b.txt"), []byte("two"), 0o644)
+	AbortWriting()
+	if _, err := os.Stat(d.Path()); !os.IsNotExist(err) {
+		t.Fatalf("temporary folder left: %v", err)
+	}
+	if err := d.Commit(); err == nil {
+		t.Fatal("Commit after AbortWriting succeeded")
+	}
+	entries, _ := os.ReadDir(parent)
+	if len(entries) != 1 || entries[0].Name() != "done" {
+		t.Fatalf("parent holds %v, want only done", entries)
+	}
+	if b, _ := os.ReadFile(filepath.Join(parent, "done", "a.txt")); string(b) != "one" {
+		t.Fatalf("committed content %q", b)
+	}
+}

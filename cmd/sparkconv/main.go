@@ -117,6 +117,7 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal now kills at once
 		time.Sleep(interruptGrace)
+		outdir.AbortWriting() // a command still computing left its temporary output
 		fmt.Fprintln(os.Stderr, "sparkconv: interrupted")
 		os.Exit(130)
 	}()
