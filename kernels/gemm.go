@@ -139,22 +139,29 @@ func gemmCore[T float](m, n, k int, pa []T, pstride int, b operand[T], j0 int, c
 				bp := bbuf[(jr/nr)*kb*nr:]
 				for ir := ic; ir < iEnd; ir += mr {
 					rb := min(mr, m-ir)
-					ap := pa[(ir/mr)*pstride+pc*mr:]
-					if rb == mr && nb == nr {
-						kern.fn(kb, ap, bp, c[ir*ldc+jr:], ldc)
-						continue
-					}
-					t := tmp[:mr*nr]
-					clear(t)
-					kern.fn(kb, ap, bp, t, nr)
-					for r := range rb {
-						dst := c[(ir+r)*ldc+jr : (ir+r)*ldc+jr+nb]
-						for j, v := range t[r*nr : r*nr+nb] {
-							dst[j] += v
-						}
-					}
+					kern.tile(kb, pa[(ir/mr)*pstride+pc*mr:], bp, c[ir*ldc+jr:], ldc, rb, nb, &tmp)
 				}
 			}
+		}
+	}
+}
+
+// tile adds the rb x nb (at most mr x nr) product of packed panels ap and
+// bp, kb steps deep, into c (rows ldc apart); a partial tile goes through
+// tmp.
+func (kern *microKernel[T]) tile(kb int, ap, bp, c []T, ldc, rb, nb int, tmp *[16 * 64]T) {
+	mr, nr := kern.mr, kern.nr
+	if rb == mr && nb == nr {
+		kern.fn(kb, ap, bp, c, ldc)
+		return
+	}
+	t := tmp[:mr*nr]
+	clear(t)
+	kern.fn(kb, ap, bp, t, nr)
+	for r := range rb {
+		dst := c[r*ldc : r*ldc+nb]
+		for j, v := range t[r*nr : r*nr+nb] {
+			dst[j] += v
 		}
 	}
 }

@@ -126,20 +126,7 @@ func syrkTileAdd(h []float64, pa, pb []float32, t, k, i0, j0, tile int, upper bo
 				if lowerOnly && jr > ir+rb-1 {
 					continue
 				}
-				ap := pa[(i0+ir)/mr*mr*t+pc*mr:]
-				if rb == mr && nb == nr {
-					kern.fn(kb, ap, bp, c[ir*jb+jr:], jb)
-					continue
-				}
-				tt := tmp[:mr*nr]
-				clear(tt)
-				kern.fn(kb, ap, bp, tt, nr)
-				for r := range rb {
-					dst := c[(ir+r)*jb+jr : (ir+r)*jb+jr+nb]
-					for j, v := range tt[r*nr : r*nr+nb] {
-						dst[j] += v
-					}
-				}
+				kern.tile(kb, pa[(i0+ir)/mr*mr*t+pc*mr:], bp, c[ir*jb+jr:], jb, rb, nb, &tmp)
 			}
 		}
 	}
