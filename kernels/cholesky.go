@@ -78,21 +78,7 @@ func lowerUpdate(a []float64, n, s, j0, jb int, kern *microKernel[float64]) {
 				if j > i+rb-1 {
 					continue // entirely above the diagonal
 				}
-				ap := (*pa)[ip*mr*jb:]
-				ct := a[(s+i)*n+s+j:]
-				if rb == mr && cb == nr {
-					kern.fn(jb, ap, bp, ct, n)
-					continue
-				}
-				tt := tmp[:mr*nr]
-				clear(tt)
-				kern.fn(jb, ap, bp, tt, nr)
-				for x := range rb {
-					row := ct[x*n : x*n+cb]
-					for y := range row {
-						row[y] += tt[x*nr+y]
-					}
-				}
+				kern.tile(jb, (*pa)[ip*mr*jb:], bp, a[(s+i)*n+s+j:], n, rb, cb, &tmp)
 			}
 		}
 	})
