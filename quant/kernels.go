@@ -1,5 +1,7 @@
 package quant
 
+import "sparkconv/kernels"
+
 // Quantize-and-measure kernels: one pass over a group (or row) that writes
 // codes and accumulates blockStats. They are written out per grid so the
 // code function and LUT lookups inline. Two lanes per step (four would
@@ -20,9 +22,15 @@ func int8Code(w, s, inv float32) int8 {
 }
 
 func int8Kernel(dst []int8, w []float32, s float32) ErrStats {
+	var b blockStats
+	int8Blocks(&b, dst, w, s)
+	return b.stats(len(w))
+}
+
+// int8Blocks quantizes w into dst, adding to b.
+func int8Blocks(b *blockStats, dst []int8, w []float32, s float32) {
 	dst = dst[:len(w)]
 	inv := 1 / s
-	var b blockStats
 	var m0, m1 uint32
 	i := 0
 	for ; i+16 <= len(w); i += 16 {
@@ -43,13 +51,32 @@ func int8Kernel(dst []int8, w []float32, s float32) ErrStats {
 		}
 		b.flush(s0, s1, e0, e1)
 	}
-	b.maxBits = max(m0, m1)
+	b.maxBits = max(b.maxBits, m0, m1)
 	for ; i < len(w); i++ {
 		q := int8Code(w[i], s, inv)
 		dst[i] = q
 		b.one(w[i], float32(float32(q)*s))
 	}
-	return b.stats(len(w))
+}
+
+// int8RowBF16 is int8Kernel of the widened bf16 row src, bit for bit: the
+// SIMD kernel (when one runs) takes the whole 64-value blocks, the portable
+// code the rest.
+func int8RowBF16(dst []int8, src []uint16, s float32) ErrStats {
+	var b blockStats
+	var sums [2]float64
+	maxBits, done := kernels.Int8BF16(dst, src, s, &sums)
+	b.sumSq, b.sumErr, b.maxBits = sums[0], sums[1], maxBits
+	var buf [256]float32
+	for done < len(src) {
+		n := min(len(buf), len(src)-done)
+		for i, v := range src[done : done+n] {
+			buf[i] = bf16ToF32(v)
+		}
+		int8Blocks(&b, dst[done:done+n], buf[:n], s)
+		done += n
+	}
+	return b.stats(len(src))
 }
 
 func sym4Kernel(dst []uint8, w []float32, s float32) ErrStats {

@@ -1,12 +1,13 @@
 package quant
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"sparkconv/kernels"
 )
 
 // Matrix is a row-major weight matrix W[N, K] (N = out features, K = in
@@ -254,26 +255,38 @@ const chunkValues = 1 << 16
 // and the error of the lowest failing row is returned, so the outcome is the
 // same for any number of goroutines.
 func forRows(m Matrix, fn func(n int, row []float32, amaxBits uint32) (ErrStats, error)) (ErrStats, error) {
-	rowsPer := max(1, chunkValues/m.K)
-	chunks := (m.N + rowsPer - 1) / rowsPer
+	return forRowChunks(m.N, m.K, func() func(n int) (ErrStats, error) {
+		var buf []float32
+		if m.BF16 != nil {
+			buf = make([]float32, m.K)
+		}
+		return func(n int) (ErrStats, error) {
+			row, amax := m.row(n, buf)
+			return fn(n, row, amax)
+		}
+	})
+}
+
+// forRowChunks runs the row function of each goroutine (worker() is called
+// once per goroutine, for its buffers) over chunks of rows of an [n, k]
+// matrix, as forRows describes.
+func forRowChunks(rows, k int, worker func() func(n int) (ErrStats, error)) (ErrStats, error) {
+	rowsPer := max(1, chunkValues/k)
+	chunks := (rows + rowsPer - 1) / rowsPer
 	stats := make([]ErrStats, chunks)
 	errs := make([]error, chunks)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), chunks) {
 		wg.Go(func() {
-			var buf []float32
-			if m.BF16 != nil {
-				buf = make([]float32, m.K)
-			}
+			fn := worker()
 			for {
 				c := int(next.Add(1) - 1)
 				if c >= chunks {
 					return
 				}
-				for n := c * rowsPer; n < min(m.N, (c+1)*rowsPer); n++ {
-					row, amax := m.row(n, buf)
-					st, err := fn(n, row, amax)
+				for n := c * rowsPer; n < min(rows, (c+1)*rowsPer); n++ {
+					st, err := fn(n)
 					if err != nil {
 						errs[c] = err
 						break
@@ -292,6 +305,35 @@ func forRows(m Matrix, fn func(n int, row []float32, amaxBits uint32) (ErrStats,
 		total.Merge(stats[c])
 	}
 	return total, nil
+}
+
+// QuantizeInt8Scaled is QuantizeInt8 with the row scales already chosen:
+// scales must be Int8Scales of the same matrix and dtype (which refuses
+// non-finite values), and the result is then QuantizeInt8's bit for bit.
+// A bf16 matrix takes one pass over its bits, widening fused into the
+// quantizer (SIMD where the CPU allows).
+func QuantizeInt8Scaled(dst *Int8Result, m Matrix, scales []float32) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	if len(scales) != m.N {
+		return fmt.Errorf("quant: %d scales for a matrix of %d rows", len(scales), m.N)
+	}
+	dst.N, dst.K = m.N, m.K
+	dst.Codes = grow(dst.Codes, m.N*m.K)
+	dst.Scales = grow(dst.Scales, m.N)
+	copy(dst.Scales, scales)
+	st, err := forRowChunks(m.N, m.K, func() func(n int) (ErrStats, error) {
+		return func(n int) (ErrStats, error) {
+			codes := dst.Codes[n*m.K : (n+1)*m.K]
+			if m.BF16 != nil {
+				return int8RowBF16(codes, m.BF16[n*m.K:(n+1)*m.K], scales[n]), nil
+			}
+			return int8Kernel(codes, m.F32[n*m.K:(n+1)*m.K], scales[n]), nil
+		}
+	})
+	dst.Stats = st
+	return err
 }
 
 // Int8Scales returns only the per-row scales QuantizeInt8 would choose (a
@@ -317,17 +359,33 @@ func Int8Scales(m Matrix, dt ScaleDType) ([]float32, error) {
 	}
 	errs := make([]error, m.N)
 	parallelRows(m.N, func(n int) {
-		var a uint16
-		for _, b := range m.BF16[n*m.K : (n+1)*m.K] {
+		row := m.BF16[n*m.K : (n+1)*m.K]
+		a, done := kernels.AbsMaxBF16(row)
+		for _, b := range row[done:] {
 			a = max(a, b&0x7fff)
 		}
 		if a >= 0x7f80 {
-			errs[n] = fmt.Errorf("quant: row %d holds NaN or Inf; cannot quantize non-finite values", n)
+			errs[n] = nonFiniteBF16(row, n)
 			return
 		}
 		scales[n] = int8FromAmax(bf16ToF32(a), dt).Scale
 	})
-	return scales, errors.Join(errs...)
+	for _, err := range errs {
+		if err != nil {
+			return scales, err
+		}
+	}
+	return scales, nil
+}
+
+// nonFiniteBF16 names the first NaN or ±Inf of bf16 row n.
+func nonFiniteBF16(row []uint16, n int) error {
+	for k, b := range row {
+		if b&0x7fff >= 0x7f80 {
+			return fmt.Errorf("quant: weight [%d, %d] is %v; cannot quantize non-finite values", n, k, bf16ToF32(b))
+		}
+	}
+	return nil
 }
 
 // parallelRows calls fn for every row in [0, n) on GOMAXPROCS goroutines.

@@ -256,7 +256,7 @@ func TestInt8ScalesBF16(t *testing.T) {
 		t.Fatalf("bf16 Int8Scales %v (%v), QuantizeInt8 %v", scales[:3], err, full.Scales[:3])
 	}
 	bits[5*48+7] = 0xffc0 // NaN
-	if _, err := Int8Scales(m, ScaleBF16); err == nil || !strings.Contains(err.Error(), "row 5") {
+	if _, err := Int8Scales(m, ScaleBF16); err == nil || !strings.Contains(err.Error(), "[5, 7] is NaN") {
 		t.Errorf("NaN row: %v", err)
 	}
 }

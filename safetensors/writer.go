@@ -1,16 +1,17 @@
 package safetensors
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 
 	st "github.com/nlpodyssey/safetensors"
 
 	"sparkconv/dtype"
+	"sparkconv/outdir"
 )
 
 // Tensor is one tensor to write. Produce is called once, when the writer
@@ -128,11 +129,13 @@ func splitEven(tensors []Tensor, n int) [][]Tensor {
 	return shards
 }
 
-// lazyView adapts a Tensor to nlpodyssey's View; Data runs Produce.
+// lazyView adapts a Tensor to nlpodyssey's View; Data takes the bytes
+// the prefetcher produced.
 type lazyView struct {
 	t    Tensor
 	sink *errSink
 	opt  *WriteOptions
+	pre  *prefetch
 }
 
 func (v lazyView) DType() st.DType {
@@ -155,7 +158,7 @@ func (v lazyView) Data() []byte {
 	if v.sink.err != nil {
 		return nil
 	}
-	b, err := v.t.Produce()
+	b, err := v.pre.take(v.t.Name)
 	if err == nil && int64(len(b)) != v.t.Bytes() {
 		err = fmt.Errorf("produced %d bytes for %s%v, want %d", len(b), v.t.DType, v.t.Shape, v.t.Bytes())
 	}
@@ -194,13 +197,80 @@ func (e *errSink) Write(p []byte) (int, error) {
 	return e.w.Write(p)
 }
 
+// prefetch produces a file's tensors one ahead of the serializer, in the
+// order it writes them: tensor i+1 is produced while tensor i is written.
+type prefetch struct {
+	ready chan produced
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+type produced struct {
+	name string
+	b    []byte
+	err  error
+}
+
+// fileOrder is the order nlpodyssey's serializer writes views in: dtype
+// descending (its enum order), then name.
+func fileOrder(views map[string]lazyView) []lazyView {
+	order := make([]lazyView, 0, len(views))
+	for _, v := range views {
+		order = append(order, v)
+	}
+	sort.Slice(order, func(i, j int) bool {
+		l, r := order[i].DType(), order[j].DType()
+		return l > r || (l == r && order[i].t.Name < order[j].t.Name)
+	})
+	return order
+}
+
+func startPrefetch(order []lazyView) *prefetch {
+	p := &prefetch{ready: make(chan produced), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for _, v := range order {
+			b, err := v.t.Produce()
+			select {
+			case p.ready <- produced{v.t.Name, b, err}:
+			case <-p.stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// take returns the bytes of the tensor the serializer asks for next.
+func (p *prefetch) take(name string) ([]byte, error) {
+	r, ok := <-p.ready
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("safetensors: tensor %q asked for after the last one", name)
+	case r.name != name:
+		return nil, fmt.Errorf("safetensors: writer asked for %q, prefetched %q", name, r.name)
+	}
+	return r.b, r.err
+}
+
+// close stops the producer and waits for it, so nothing reads the inputs
+// after the file is done.
+func (p *prefetch) close() {
+	close(p.stop)
+	<-p.done
+}
+
 func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := outdir.NewStream(f, nil)
+	defer bw.Close()
 	sink := &errSink{w: bw}
 	views := make(map[string]lazyView, len(tensors))
 	for _, t := range tensors {
@@ -208,6 +278,12 @@ func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
 			return fmt.Errorf("%s: tensor %q: %w", path, t.Name, err)
 		}
 		views[t.Name] = lazyView{t: t, sink: sink, opt: &opt}
+	}
+	pre := startPrefetch(fileOrder(views))
+	defer pre.close()
+	for k, v := range views {
+		v.pre = pre
+		views[k] = v
 	}
 	if err := st.SerializeToWriter(views, opt.Metadata, sink); err != nil {
 		if sink.err != nil {
@@ -218,13 +294,10 @@ func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
 	if sink.err != nil {
 		return fmt.Errorf("%s: %w", path, sink.err)
 	}
+	if err := bw.Close(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	sink.finish()
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	return f.Close()
 }
 

@@ -1,0 +1,42 @@
+package kernels
+
+// Kernels of the per-channel int8 quantizer on raw bf16 weights (package
+// quant owns the rule; these are its SIMD bodies): the absmax that sets a
+// row's scale, and a fused widen-quantize-measure pass. Each handles the
+// longest prefix of whole 64-value blocks it can and reports how far it
+// got; the caller finishes the rest with its portable code, so the results
+// are those of the portable code bit for bit.
+
+// absmaxBF16Fn and int8BF16Fn are the assembly bodies (nil when the CPU or
+// SPARKCONV_KERNELS rules them out).
+var (
+	absmaxBF16Fn func(src *uint16, n int) uint16
+	int8BF16Fn   func(dst *int8, src *uint16, n64 int, scale float32, acc *[2]float64) uint32
+)
+
+// AbsMaxBF16 returns max(src[i] & 0x7fff) over the first done values of
+// src (a multiple of 64; 0 when no SIMD kernel runs).
+func AbsMaxBF16(src []uint16) (amax uint16, done int) {
+	n := len(src) &^ 63
+	if absmaxBF16Fn == nil || n == 0 {
+		return 0, 0
+	}
+	return absmaxBF16Fn(&src[0], n), n
+}
+
+// Int8BF16 quantizes the first done values of the bf16 bits src (a
+// multiple of 64; 0 when no SIMD kernel runs) into dst with scale s:
+// dst[i] = clamp(rint(w/s), -128, 127), w the widened value, the division
+// in float32 and round half to even. It adds Σw² and Σ(w - dst[i]*s)² to
+// sums[0] and sums[1] in quant's block order (per 16 values, the even and
+// the odd values each summed in float32 in order, the two sums added in
+// float32 and widened; blocks added in float64 in order) and returns the
+// float32 bits of the largest |w - dst[i]*s|.
+func Int8BF16(dst []int8, src []uint16, s float32, sums *[2]float64) (maxBits uint32, done int) {
+	n := len(src) &^ 63
+	if int8BF16Fn == nil || n == 0 {
+		return 0, 0
+	}
+	_ = dst[n-1]
+	return int8BF16Fn(&dst[0], &src[0], n/64, s, sums), n
+}

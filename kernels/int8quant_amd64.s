@@ -1,0 +1,181 @@
+//go:build amd64
+
+#include "textflag.h"
+
+// AVX2 kernels of the per-channel int8 quantizer (int8quant.go): absmax of
+// bf16 bits, and quantize-and-measure of a bf16 row with the bf16 -> f32
+// widening fused in.
+
+// func absmaxBF16AVX2(src *uint16, n int) uint16
+// max over i < n of src[i] & 0x7fff; n is a positive multiple of 64.
+TEXT ·absmaxBF16AVX2(SB), NOSPLIT, $0-18
+	MOVQ src+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHRQ $6, CX
+	MOVL $0x7fff7fff, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+amloop:
+	VPAND (SI), Y15, Y4
+	VPAND 32(SI), Y15, Y5
+	VPAND 64(SI), Y15, Y6
+	VPAND 96(SI), Y15, Y7
+	VPMAXUW Y4, Y0, Y0
+	VPMAXUW Y5, Y1, Y1
+	VPMAXUW Y6, Y2, Y2
+	VPMAXUW Y7, Y3, Y3
+	ADDQ $128, SI
+	DECQ CX
+	JNZ amloop
+	VPMAXUW Y1, Y0, Y0
+	VPMAXUW Y3, Y2, Y2
+	VPMAXUW Y2, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXUW X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPMAXUW X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPMAXUW X1, X0, X0
+	VPSRLD $16, X0, X1
+	VPMAXUW X1, X0, X0
+	VMOVD X0, AX
+	MOVW AX, ret+16(FP)
+	VZEROUPPER
+	RET
+
+// QHALF quantizes 8 bf16 values at off(SI) with scale Y15: int32 codes
+// into creg, w*w to wsq(SP), d*d to dsq(SP) (d = w - code*scale), |d| bits
+// max-accumulated into Y11. Y13/Y12 hold -128 and 127, Y14 the abs mask.
+#define QHALF(off, wsq, dsq, creg) \
+	VPMOVZXWD off(SI), Y0 \
+	VPSLLD $16, Y0, Y0 \
+	VDIVPS Y15, Y0, Y1 \
+	VROUNDPS $0, Y1, Y1 \
+	VMAXPS Y13, Y1, Y1 \
+	VMINPS Y12, Y1, Y1 \
+	VCVTPS2DQ Y1, creg \
+	VCVTDQ2PS creg, Y3 \
+	VMULPS Y15, Y3, Y3 \
+	VSUBPS Y3, Y0, Y3 \
+	VANDPS Y14, Y3, Y4 \
+	VPMAXUD Y4, Y11, Y11 \
+	VMULPS Y0, Y0, Y0 \
+	VMOVUPS Y0, wsq(SP) \
+	VMULPS Y3, Y3, Y3 \
+	VMOVUPS Y3, dsq(SP)
+
+// PAIRS transposes four rows of 4 float32 pairs (64-bit elements) a0..a3
+// into columns c0..c3 using t0..t3.
+#define PAIRS(a0, a1, a2, a3, t0, t1, t2, t3, c0, c1, c2, c3) \
+	VUNPCKLPD a1, a0, t0 \
+	VUNPCKHPD a1, a0, t1 \
+	VUNPCKLPD a3, a2, t2 \
+	VUNPCKHPD a3, a2, t3 \
+	VPERM2F128 $0x20, t2, t0, c0 \
+	VPERM2F128 $0x20, t3, t1, c1 \
+	VPERM2F128 $0x31, t2, t0, c2 \
+	VPERM2F128 $0x31, t3, t1, c3
+
+// STATS adds the squares of 4 blocks of 16 stored at b(SP) (block j at
+// b+64j) to the float64 accumulator acc the way quant's blockStats does:
+// per block, two float32 lanes (even and odd elements) summed in element
+// order, their sum widened, blocks added in order.
+#define STATS(b0, b1, b2, b3, b4, b5, b6, b7, acc) \
+	VMOVUPS b0(SP), Y0 \
+	VMOVUPS b2(SP), Y1 \
+	VMOVUPS b4(SP), Y2 \
+	VMOVUPS b6(SP), Y3 \
+	PAIRS(Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y0, Y1, Y2, Y3) \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y2, Y0, Y0 \
+	VADDPS Y3, Y0, Y0 \
+	VMOVUPS b1(SP), Y1 \
+	VMOVUPS b3(SP), Y2 \
+	VMOVUPS b5(SP), Y3 \
+	VMOVUPS b7(SP), Y4 \
+	PAIRS(Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y1, Y2, Y3, Y4) \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y2, Y0, Y0 \
+	VADDPS Y3, Y0, Y0 \
+	VADDPS Y4, Y0, Y0 \
+	VPERMILPS $0xb1, Y0, Y1 \
+	VADDPS Y1, Y0, Y0 \
+	VSHUFPS $0x88, Y0, Y0, Y1 \
+	VEXTRACTF128 $1, Y1, X2 \
+	VUNPCKLPD X2, X1, X1 \
+	VCVTPS2PD X1, Y1 \
+	VADDSD X1, acc, acc \
+	VUNPCKHPD X1, X1, X2 \
+	VADDSD X2, acc, acc \
+	VEXTRACTF128 $1, Y1, X2 \
+	VADDSD X2, acc, acc \
+	VUNPCKHPD X2, X2, X2 \
+	VADDSD X2, acc, acc
+
+// func int8BF16AVX2(dst *int8, src *uint16, n64 int, scale float32, acc *[2]float64) uint32
+// Quantizes n64*64 bf16 values: dst[i] = clamp(rint(w/scale), -128, 127);
+// adds Σw² and Σd² to acc[0], acc[1] in blockStats order and returns the
+// bits of max |d|. n64 > 0.
+TEXT ·int8BF16AVX2(SB), 0, $512-44
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n64+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y15
+	MOVQ acc+32(FP), DX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0xc3000000, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x42fe0000, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12
+	VPXOR Y11, Y11, Y11
+	VMOVSD 0(DX), X9
+	VMOVSD 8(DX), X10
+qloop:
+	QHALF(0, 0, 256, Y2)
+	QHALF(16, 32, 288, Y8)
+	VPACKSSDW Y8, Y2, Y5
+	VPERMQ $0xd8, Y5, Y5
+	QHALF(32, 64, 320, Y2)
+	QHALF(48, 96, 352, Y8)
+	VPACKSSDW Y8, Y2, Y6
+	VPERMQ $0xd8, Y6, Y6
+	VPACKSSWB Y6, Y5, Y7
+	VPERMQ $0xd8, Y7, Y7
+	VMOVDQU Y7, (DI)
+	QHALF(64, 128, 384, Y2)
+	QHALF(80, 160, 416, Y8)
+	VPACKSSDW Y8, Y2, Y5
+	VPERMQ $0xd8, Y5, Y5
+	QHALF(96, 192, 448, Y2)
+	QHALF(112, 224, 480, Y8)
+	VPACKSSDW Y8, Y2, Y6
+	VPERMQ $0xd8, Y6, Y6
+	VPACKSSWB Y6, Y5, Y7
+	VPERMQ $0xd8, Y7, Y7
+	VMOVDQU Y7, 32(DI)
+	STATS(0, 32, 64, 96, 128, 160, 192, 224, X9)
+	STATS(256, 288, 320, 352, 384, 416, 448, 480, X10)
+	ADDQ $128, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ qloop
+	VMOVSD X9, 0(DX)
+	VMOVSD X10, 8(DX)
+	VEXTRACTI128 $1, Y11, X0
+	VPMAXUD X0, X11, X0
+	VPSHUFD $0x4e, X0, X1
+	VPMAXUD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPMAXUD X1, X0, X0
+	VMOVD X0, AX
+	MOVL AX, ret+40(FP)
+	VZEROUPPER
+	RET
