@@ -184,7 +184,11 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	if err := CheckGPTQModel(cfg, o); err != nil {
 		return nil, err
 	}
-	j, err := Start(ctx, o.Options, "gptq")
+	begin := Start
+	if o.Solver == nil && o.Chooser == nil {
+		begin = startAsRead // round to nearest refuses NaN/Inf as it quantizes
+	}
+	j, err := begin(ctx, o.Options, "gptq")
 	if err != nil {
 		return nil, err
 	}

@@ -297,7 +297,9 @@ func (l *int4Linear) produce(p Int4Part) ([]byte, error) {
 			debug.FreeOSMemory()
 		}
 	}()
-	info, raw, err := l.j.Model.Raw(t.Source)
+	// Unscanned read: either Start scanned the whole input, or the chooser
+	// is round to nearest, whose quantizers refuse NaN/Inf row by row.
+	info, raw, err := l.j.Model.Checkpoint.Raw(t.Source)
 	if err != nil {
 		return nil, err
 	}

@@ -77,6 +77,19 @@ type auxFile struct {
 // Start opens and validates the input (including a NaN/Inf scan) and
 // creates the temporary output folder. The caller must defer Close.
 func Start(ctx context.Context, opt Options, scheme string) (*Job, error) {
+	return start(ctx, opt, scheme, true)
+}
+
+// startAsRead is Start without the up-front NaN/Inf scan, for a
+// conversion whose every read refuses non-finite values itself: copies
+// through Model.Raw, quantized tensors in the quantizer's own pass (one
+// read of the weights fewer). The output is temporary until Commit, so a
+// NaN found late still leaves nothing behind.
+func startAsRead(ctx context.Context, opt Options, scheme string) (*Job, error) {
+	return start(ctx, opt, scheme, false)
+}
+
+func start(ctx context.Context, opt Options, scheme string, scan bool) (*Job, error) {
 	if opt.Model == "" || opt.Out == "" {
 		return nil, errors.New("both --model and --out are required")
 	}
@@ -84,9 +97,11 @@ func Start(ctx context.Context, opt Options, scheme string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := m.CheckFinite(); err != nil {
-		m.Close()
-		return nil, err
+	if scan {
+		if err := m.CheckFinite(); err != nil {
+			m.Close()
+			return nil, err
+		}
 	}
 	aux, err := readAux(opt.Model)
 	if err != nil {

@@ -172,7 +172,11 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	if err := CheckW4A16Model(cfg, o); err != nil {
 		return nil, err
 	}
-	j, err := Start(ctx, o.Options, "w4a16")
+	begin := Start
+	if o.Solver == nil && o.Chooser == nil {
+		begin = startAsRead // round to nearest refuses NaN/Inf as it quantizes
+	}
+	j, err := begin(ctx, o.Options, "w4a16")
 	if err != nil {
 		return nil, err
 	}

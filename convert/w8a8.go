@@ -71,7 +71,11 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 // W8A8With is W8A8 with a solver (calibrated GPTQ) or without (round to
 // nearest).
 func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
-	j, err := Start(ctx, o.Options, "w8a8")
+	begin := Start
+	if o.Solver == nil {
+		begin = startAsRead
+	}
+	j, err := begin(ctx, o.Options, "w8a8")
 	if err != nil {
 		return nil, err
 	}
@@ -120,31 +124,33 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 	return j.Report, nil
 }
 
-// w8a8Linear returns the int8 weight and its scale tensor. The scale is
-// computed (cheaply, from the row maxima) when the writer asks for it, and
-// again for the weight: the two are written far apart in the file and
-// holding every quantized weight between them would hold the model.
+// w8a8Linear returns the int8 weight and its scale tensor. The scales are
+// computed (one SIMD pass over the row maxima, which also refuses NaN/Inf)
+// for whichever of the two the writer asks for first, the scale tensor
+// in the single-file layout, and kept (4 bytes a row) for the other: the
+// two are written far apart in the file and holding every quantized weight
+// between them would hold the model. The weight then takes one fused pass.
 func (j *Job) w8a8Linear(s spark.TensorSpec, sol Solution) (safetensors.Tensor, safetensors.Tensor) {
-	info, _ := j.Model.Info(s.Name)
-	n, k := int(s.Shape[0]), int(s.Shape[1])
-	mod := s.Module()
 	if sol != nil {
 		return j.w8a8Solved(s, sol)
 	}
+	info, _ := j.Model.Info(s.Name)
+	n, k := int(s.Shape[0]), int(s.Shape[1])
+	mod := s.Module()
+	dt := scaleDType(info.DType)
+	l := &w8a8RTN{j: j, name: s.Name, dt: dt, n: n, k: k}
 	weight := safetensors.Tensor{
 		Name: mod + ".weight", DType: "I8", Shape: s.Shape,
 		Produce: func() ([]byte, error) {
-			if err := j.ctx.Err(); err != nil {
-				return nil, err
-			}
-			_, raw, err := j.Model.Raw(s.Name)
+			m, scales, err := l.scales()
 			if err != nil {
 				return nil, err
 			}
 			var res quant.Int8Result
-			if err := quant.QuantizeInt8(&res, weightMatrix(raw, info.DType, n, k), scaleDType(info.DType)); err != nil {
+			if err := quant.QuantizeInt8Scaled(&res, m, scales); err != nil {
 				return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
 			}
+			l.release()
 			j.AddTensor(TensorReport{Name: s.Name, Scheme: "int8 per-channel symmetric", Shape: s.Shape, SNRdB: res.Stats.SNRdB(), MaxErr: res.Stats.MaxAbs})
 			return quant.Int8Bytes(res.Codes), nil
 		},
@@ -152,21 +158,60 @@ func (j *Job) w8a8Linear(s spark.TensorSpec, sol Solution) (safetensors.Tensor, 
 	scale := safetensors.Tensor{
 		Name: mod + ".weight_scale", DType: info.DType, Shape: []int64{int64(n), 1},
 		Produce: func() ([]byte, error) {
-			_, raw, err := j.Model.Raw(s.Name)
+			_, scales, err := l.scales()
 			if err != nil {
 				return nil, err
 			}
-			dt := scaleDType(info.DType)
-			scales, err := quant.Int8Scales(weightMatrix(raw, info.DType, n, k), dt)
-			if err != nil {
-				return nil, fmt.Errorf("quantize %s: %w", s.Name, err)
-			}
+			l.release()
 			out := make([]byte, n*dt.Size())
 			dt.PutParams(out, scales)
 			return out, nil
 		},
 	}
 	return weight, scale
+}
+
+// w8a8RTN holds one linear's row scales between its two output tensors.
+type w8a8RTN struct {
+	j      *Job
+	name   string
+	dt     quant.ScaleDType
+	n, k   int
+	mu     sync.Mutex
+	scaled []float32
+	users  int // output tensors produced so far
+}
+
+// scales returns the weight matrix and its row scales, computing the
+// scales on the first call. The input is read without the separate NaN/Inf
+// scan: Int8Scales refuses non-finite values as it finds the maxima.
+func (l *w8a8RTN) scales() (quant.Matrix, []float32, error) {
+	if err := l.j.ctx.Err(); err != nil {
+		return quant.Matrix{}, nil, err
+	}
+	info, raw, err := l.j.Model.Checkpoint.Raw(l.name)
+	if err != nil {
+		return quant.Matrix{}, nil, err
+	}
+	m := weightMatrix(raw, info.DType, l.n, l.k)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.scaled == nil {
+		if l.scaled, err = quant.Int8Scales(m, l.dt); err != nil {
+			l.scaled = nil
+			return m, nil, fmt.Errorf("%s: quantize %s: %w", l.j.Model.File(l.name), l.name, err)
+		}
+	}
+	return m, l.scaled, nil
+}
+
+// release drops the scales once both tensors have them.
+func (l *w8a8RTN) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.users++; l.users == 2 {
+		l.scaled = nil
+	}
 }
 
 // weightMatrix views a float tensor's raw little-endian bytes as a quant

@@ -1,7 +1,6 @@
 package onnxio
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +14,7 @@ import (
 	"strconv"
 
 	"sparkconv/onnxpb"
+	"sparkconv/outdir"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -377,17 +377,15 @@ func writeAtomic(path string, force bool, fill func(io.Writer) error) (FileInfo,
 			os.Remove(tmp.Name())
 		}
 	}()
-	ch := &countingHash{h: sha256.New()}
-	bw := bufio.NewWriterSize(io.MultiWriter(tmp, ch), 1<<20)
-	err = fill(bw)
-	if err == nil {
-		err = bw.Flush()
+	h := sha256.New()
+	bw := outdir.NewStream(tmp, h) // hashed on its own goroutine, flushed as it goes
+	if err = fill(bw); err == nil {
+		err = bw.Close()
+	} else {
+		bw.Discard()
 	}
 	if err == nil {
 		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
@@ -409,7 +407,7 @@ func writeAtomic(path string, force bool, fill func(io.Writer) error) (FileInfo,
 			return FileInfo{}, fmt.Errorf("fsync %s: %w", dir, err)
 		}
 	}
-	return FileInfo{Name: base, Size: ch.n, SHA256: hex.EncodeToString(ch.h.Sum(nil))}, nil
+	return FileInfo{Name: base, Size: bw.Size(), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 func checkTarget(path string, force bool) error {

@@ -5,27 +5,31 @@ import (
 	"hash"
 	"os"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // Stream sizes: bytes are handed to the writing goroutine in chunks of
-// streamChunk; the kernel is asked to start writing back every chunk as
-// soon as it is written, and the writer waits for the chunk streamLag bytes
-// behind to be on disk, so dirty pages stay bounded and the closing fsync
-// finds almost nothing left to do.
+// streamChunk. Chunks go to the disk with O_DIRECT where the file system
+// takes it: no copy into the page cache (on the VMs this was measured on,
+// a buffered write cost 2.5 CPU-s per GB in the kernel, a direct one 0.2),
+// and nothing left for the closing fsync but the metadata. Elsewhere the
+// kernel is asked to start writing back every chunk as soon as it is
+// written, and the writer waits for the chunk streamLag bytes behind to be
+// on disk, so dirty pages stay bounded and the fsync finds little to do.
 const (
-	streamChunk  = 4 << 20
+	streamChunk  = 8 << 20
 	streamChunks = 4 // chunk buffers in flight
 	streamLag    = 64 << 20
+	directAlign  = 4096 // O_DIRECT buffer, length and offset alignment
 )
 
-// Stream writes one file through a buffer and flushes as it goes: write(2)
-// and write-back run on a goroutine of their own (sync_file_range starts the
-// write-back of each chunk as it is written), and the optional hash is
-// computed on a third goroutine, so the caller only fills buffers. Close
-// writes what is left, fsyncs the file and reports the first error. A
-// Stream is not safe for concurrent use.
+// Stream writes one new file through a buffer and flushes as it goes:
+// write(2) and write-back run on a goroutine of their own, and the optional
+// hash is computed on a third goroutine, so the caller only fills buffers.
+// Close writes what is left, fsyncs the file and reports the first error.
+// A Stream is not safe for concurrent use.
 type Stream struct {
 	f      *os.File
 	h      hash.Hash
@@ -38,22 +42,38 @@ type Stream struct {
 	mu     sync.Mutex
 	err    error
 	closed bool
+	direct bool // O_DIRECT is set on f
 }
 
-// NewStream returns a Stream writing to f from its current offset (0 for
-// a new file); h, if not nil, receives every byte written.
+// alignedChunk returns an empty buffer of capacity streamChunk whose start
+// is directAlign-aligned.
+func alignedChunk() []byte {
+	b := make([]byte, streamChunk+directAlign)
+	off := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b))) & (directAlign - 1))
+	return b[off : off : off+streamChunk]
+}
+
+// NewStream returns a Stream writing f, a new empty file, from offset 0; h,
+// if not nil, receives every byte written.
 func NewStream(f *os.File, h hash.Hash) *Stream {
+	return newStream(f, h, true)
+}
+
+func newStream(f *os.File, h hash.Hash, tryDirect bool) *Stream {
 	s := &Stream{f: f, h: h, free: make(chan []byte, streamChunks), write: make(chan []byte, streamChunks)}
 	for range streamChunks {
-		s.free <- make([]byte, 0, streamChunk)
+		s.free <- alignedChunk()
 	}
-	s.wg.Add(1)
-	go s.writer()
+	if tryDirect {
+		s.direct = setDirect(f, true) == nil
+	}
 	if h != nil {
 		s.hashq = make(chan []byte, streamChunks)
 		s.wg.Add(1)
 		go s.hasher()
 	}
+	s.wg.Add(1)
+	go s.writer()
 	s.cur = <-s.free
 	return s
 }
@@ -84,7 +104,13 @@ func (s *Stream) writer() {
 	var off, synced int64
 	broken := false
 	for c := range s.write {
-		if !broken {
+		if !broken && s.direct {
+			if err := s.writeDirect(c); err != nil {
+				s.fail(err)
+				broken = true
+			}
+			off += int64(len(c))
+		} else if !broken {
 			if _, err := s.f.Write(c); err != nil {
 				s.fail(err)
 				broken = true
@@ -106,6 +132,53 @@ func (s *Stream) writer() {
 			s.free <- c[:0]
 		}
 	}
+}
+
+// writeDirect writes c with O_DIRECT: all of it when its length is
+// aligned (every chunk but the last), else the aligned part and then the
+// rest with O_DIRECT cleared. A file system that refuses the direct write
+// itself (EINVAL) gets it buffered, and so does the rest of the file.
+func (s *Stream) writeDirect(c []byte) error {
+	head := len(c) &^ (directAlign - 1)
+	if head > 0 {
+		_, err := s.f.Write(c[:head])
+		if errors.Is(err, unix.EINVAL) {
+			if err := setDirect(s.f, false); err != nil {
+				return err
+			}
+			s.direct = false
+			_, err = s.f.Write(c)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if head == len(c) {
+		return nil
+	}
+	if err := setDirect(s.f, false); err != nil {
+		return err
+	}
+	s.direct = false
+	_, err := s.f.Write(c[head:])
+	return err
+}
+
+// setDirect sets or clears O_DIRECT on f.
+func setDirect(f *os.File, on bool) error {
+	fd := int(f.Fd())
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return err
+	}
+	if on {
+		fl |= unix.O_DIRECT
+	} else {
+		fl &^= unix.O_DIRECT
+	}
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl)
+	return err
 }
 
 func (s *Stream) hasher() {
@@ -140,6 +213,17 @@ func (s *Stream) Write(p []byte) (int, error) {
 
 // Size is the number of bytes written so far.
 func (s *Stream) Size() int64 { return s.n }
+
+// Discard stops the stream's goroutines without writing what is still
+// buffered and without an fsync: for a file about to be removed.
+func (s *Stream) Discard() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	close(s.write)
+	s.wg.Wait()
+}
 
 // Close writes the buffered bytes, waits for the writing and hashing
 // goroutines and fsyncs the file (which it does not close). It returns the

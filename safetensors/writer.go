@@ -270,7 +270,7 @@ func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
 	}
 	defer f.Close()
 	bw := outdir.NewStream(f, nil)
-	defer bw.Close()
+	defer bw.Discard() // after Close, a no-op
 	sink := &errSink{w: bw}
 	views := make(map[string]lazyView, len(tensors))
 	for _, t := range tensors {
