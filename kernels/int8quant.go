@@ -7,21 +7,20 @@ package kernels
 // got; the caller finishes the rest with its portable code, so the results
 // are those of the portable code bit for bit.
 
-// absmaxBF16Fn and int8BF16Fn are the assembly bodies (nil when the CPU or
-// SPARKCONV_KERNELS rules them out).
-var (
-	absmaxBF16Fn func(src *uint16, n int) uint16
-	int8BF16Fn   func(dst *int8, src *uint16, n64 int, scale float32, acc *[2]float64) uint32
-)
+// quantSIMD is set when the AVX2 bodies of the quantizer kernels may run
+// (the CPU has AVX2 and SPARKCONV_KERNELS allows it). They are called
+// directly, not through function values, so that pointer arguments stay
+// on the caller's stack.
+var quantSIMD bool
 
 // AbsMaxBF16 returns max(src[i] & 0x7fff) over the first done values of
 // src (a multiple of 64; 0 when no SIMD kernel runs).
 func AbsMaxBF16(src []uint16) (amax uint16, done int) {
 	n := len(src) &^ 63
-	if absmaxBF16Fn == nil || n == 0 {
+	if !quantSIMD || n == 0 {
 		return 0, 0
 	}
-	return absmaxBF16Fn(&src[0], n), n
+	return absmaxBF16AVX2(&src[0], n), n
 }
 
 // Int8BF16 quantizes the first done values of the bf16 bits src (a
@@ -34,9 +33,9 @@ func AbsMaxBF16(src []uint16) (amax uint16, done int) {
 // float32 bits of the largest |w - dst[i]*s|.
 func Int8BF16(dst []int8, src []uint16, s float32, sums *[2]float64) (maxBits uint32, done int) {
 	n := len(src) &^ 63
-	if int8BF16Fn == nil || n == 0 {
+	if !quantSIMD || n == 0 {
 		return 0, 0
 	}
 	_ = dst[n-1]
-	return int8BF16Fn(&dst[0], &src[0], n/64, s, sums), n
+	return int8BF16AVX2(&dst[0], &src[0], n/64, s, sums), n
 }

@@ -1,6 +1,10 @@
 package quant
 
-import "math"
+import (
+	"math"
+
+	"sparkconv/kernels"
+)
 
 // Sym4 is one group's parameter on the symmetric 4-bit grid of GPTQ
 // (sym=true) and vLLM's CPU W4A8 kernel: w = (q - 8) * Scale, q in 0..15.
@@ -68,28 +72,85 @@ func clampScale(s float32, dt ScaleDType) float32 {
 // rounded to dt before its error is measured, and i = 0 is the plain rule,
 // so the result is never worse than Sym4Absmax.
 func Sym4Search(w []float32, dt ScaleDType) Sym4 {
+	amax := math.Float32frombits(absmaxBits(w))
 	base := symBase(w)
 	if base < tinyRange || base >= hugeRange {
 		return Sym4{Scale: symScale(base, 1, dt)}
 	}
 	cand := func(i int) float32 { return symScale(base, shrinkFactor(i), dt) }
+	// The refit sums of every candidate whose error pass went through the
+	// whole group, so the refit of the winner needs no pass of its own.
+	var fits [searchSteps]refitSums
 	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
-		return sym4Err(w, cand(i), limit)
+		e, f := sym4ErrSums(w, amax, cand(i), limit)
+		fits[i] = f
+		return e
 	})
-	best := cand(bestI)
+	best, fit := cand(bestI), fits[bestI]
 	for it := 0; it < lsIters && bestE > 0; it++ {
-		s, ok := sym4Refit(w, best, dt)
+		s, ok := fit.sym4Refit(w, best, dt)
 		if !ok || s == best {
 			break
 		}
 		limit := bestE * (1 - acceptMargin)
-		e := sym4Err(w, s, limit)
+		e, f := sym4ErrSums(w, amax, s, limit)
 		if e >= limit {
 			break
 		}
-		best, bestE = s, e
+		best, bestE, fit = s, e, f
 	}
 	return Sym4{Scale: best}
+}
+
+// refitSums are Σ w·c and Σ c² of a group's codes (c = q - 8), when an
+// error pass computed them (ok).
+type refitSums struct {
+	swc, scc float64
+	ok       bool
+}
+
+// sym4ErrSums is sym4Err, with the refit sums of s when the SIMD pass runs
+// and the sums cannot round: then every partial sum is exact and equals
+// the sequential sum sym4Refit computes. Terms with c != 0 have |w| >=
+// s/2 (1 - 2^-23), so they are multiples of 2^(e-25) for e = exponent(s);
+// with amax/s < 2^15 and 256 values or fewer no partial sum reaches 2^53
+// of those units.
+func sym4ErrSums(w []float32, amax, s float32, limit float64) (float64, refitSums) {
+	inv := 1 / s
+	if len(w) > 256 || !(float32(amax*inv) < 0x1p15) {
+		return sym4Err(w, s, limit), refitSums{}
+	}
+	var sums [2]float64
+	total, complete, done, ok := kernels.Sym4Err(w, s, inv, limit, &sums)
+	if !ok {
+		return sym4Err(w, s, limit), refitSums{}
+	}
+	if !complete {
+		return total, refitSums{}
+	}
+	f := refitSums{swc: sums[0], scc: sums[1], ok: true}
+	s2 := float32(s)
+	for _, x := range w[done:] {
+		q := symCode(x, inv)
+		c := int64(q) - 8
+		d := float64(x) - float64(float32(float32(c)*s2))
+		total += d * d
+		f.swc += float64(float64(x) * float64(c))
+		f.scc += float64(c * c)
+	}
+	return total, f
+}
+
+// sym4Refit is the package-level sym4Refit, from the sums when they are
+// there.
+func (f refitSums) sym4Refit(w []float32, s float32, dt ScaleDType) (float32, bool) {
+	if !f.ok {
+		return sym4Refit(w, s, dt)
+	}
+	if f.scc == 0 || f.swc <= 0 {
+		return 0, false
+	}
+	return clampScale(dt.Round(float32(f.swc/f.scc)), dt), true
 }
 
 // sym4Refit returns the least-squares scale for the codes that scale s

@@ -1,0 +1,14 @@
+//go:build !amd64
+
+package kernels
+
+// Without amd64 assembly the quantizer kernels report that they did
+// nothing (quantSIMD stays false) and quant runs its portable code.
+
+func absmaxBF16AVX2(*uint16, int) uint16 { panic("kernels: no AVX2") }
+
+func int8BF16AVX2(*int8, *uint16, int, float32, *[2]float64) uint32 { panic("kernels: no AVX2") }
+
+func sym4ErrAVX2(*float32, int, float32, float32, float64, *[2]float64) (float64, bool) {
+	panic("kernels: no AVX2")
+}

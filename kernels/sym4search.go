@@ -1,0 +1,25 @@
+package kernels
+
+// Sym4Err is the error pass of package quant's symmetric 4-bit search over
+// the first 16*(len(w)/16) values: the codes r = clamp(rint(w*inv), -8, 7)
+// (the product in float32, ties to even), the squared errors of w - r*s in
+// quant's order (per 16 values, four float32 lanes over elements l, l+4,
+// l+8, l+12 in order, combined as (e0+e1)+(e2+e3) and widened; blocks added
+// in float64 in order), stopping after the first block that takes the total
+// above limit. When it gets through every block it also returns, in
+// sums, Σ w·r and Σ r² of those values (float64 and exact: the caller
+// ensures that no partial sum rounds, so their order does not matter).
+// ok is false when no SIMD kernel runs; done is the number of values
+// covered.
+func Sym4Err(w []float32, s, inv float32, limit float64, sums *[2]float64) (total float64, complete bool, done int, ok bool) {
+	n := len(w) &^ 15
+	if !quantSIMD {
+		return 0, false, 0, false
+	}
+	if n == 0 {
+		sums[0], sums[1] = 0, 0
+		return 0, true, 0, true
+	}
+	total, complete = sym4ErrAVX2(&w[0], n/16, s, inv, limit, sums)
+	return total, complete, n, true
+}

@@ -1,0 +1,128 @@
+package quant
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"sparkconv/kernels"
+)
+
+// sym4SearchSequential is Sym4Search as it was before the SIMD error pass:
+// every error through sym4Err, every refit through its own sequential pass
+// (sym4Refit). Sym4Search must choose the same scale bit for bit.
+func sym4SearchSequential(w []float32, dt ScaleDType) Sym4 {
+	base := symBase(w)
+	if base < tinyRange || base >= hugeRange {
+		return Sym4{Scale: symScale(base, 1, dt)}
+	}
+	cand := func(i int) float32 { return symScale(base, shrinkFactor(i), dt) }
+	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
+		return sym4Err(w, cand(i), limit)
+	})
+	best := cand(bestI)
+	for it := 0; it < lsIters && bestE > 0; it++ {
+		s, ok := sym4Refit(w, best, dt)
+		if !ok || s == best {
+			break
+		}
+		limit := bestE * (1 - acceptMargin)
+		e := sym4Err(w, s, limit)
+		if e >= limit {
+			break
+		}
+		best, bestE = s, e
+	}
+	return Sym4{Scale: best}
+}
+
+// searchGroups makes groups of n values: N(0, sigma) with, in some
+// groups, outliers, exact zeros, bf16-rounded values or a constant.
+func searchGroups(r *rand.Rand, count, n int) [][]float32 {
+	out := make([][]float32, count)
+	for g := range out {
+		w := make([]float32, n)
+		sigma := math.Pow(10, -4+4*r.Float64())
+		for i := range w {
+			w[i] = float32(r.NormFloat64() * sigma)
+		}
+		switch g % 6 {
+		case 1:
+			w[r.IntN(n)] *= 40
+		case 2:
+			for i := range w {
+				w[i] = bf16ToF32(f32ToBF16(w[i]))
+			}
+		case 3:
+			for i := 0; i < n; i += 3 {
+				w[i] = 0
+			}
+		case 4:
+			w[r.IntN(n)] = float32(sigma * 1e6) // amax/s past the exact-sum bound
+		case 5:
+			for i := range w {
+				w[i] = float32(sigma)
+			}
+		}
+		out[g] = w
+	}
+	return out
+}
+
+func TestSym4SearchSIMDIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{16, 32, 64, 128, 256, 512} {
+		for _, dt := range []ScaleDType{ScaleF16, ScaleBF16, ScaleF32} {
+			for _, w := range searchGroups(r, 600, n) {
+				got, want := Sym4Search(w, dt), sym4SearchSequential(w, dt)
+				if math.Float32bits(got.Scale) != math.Float32bits(want.Scale) {
+					t.Fatalf("n=%d %v: scale %g, sequential search %g", n, dt, got.Scale, want.Scale)
+				}
+			}
+		}
+	}
+}
+
+// TestSym4ErrSums checks the fused pass against sym4Err (the same float64
+// bits, early exits included) and its refit sums against the sequential
+// ones.
+func TestSym4ErrSums(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	var fused int
+	defer func() {
+		var sums [2]float64
+		if _, _, _, simd := kernels.Sym4Err(make([]float32, 16), 1, 1, 1, &sums); simd && fused == 0 {
+			t.Error("the SIMD pass never gave refit sums")
+		}
+	}()
+	for _, w := range searchGroups(r, 3000, 128) {
+		amax := math.Float32frombits(absmaxBits(w))
+		base := symBase(w)
+		for _, p := range []float32{1, 0.8, 0.5, 0.3} {
+			s := symScale(base, p, ScaleF16)
+			full := sym4Err(w, s, math.Inf(1))
+			for _, limit := range []float64{math.Inf(1), full, full * 0.5, 0} {
+				want := sym4Err(w, s, limit)
+				got, f := sym4ErrSums(w, amax, s, limit)
+				if math.Float64bits(got) != math.Float64bits(want) {
+					t.Fatalf("s=%g limit=%g: error %v, sym4Err %v", s, limit, got, want)
+				}
+				if !f.ok {
+					continue
+				}
+				fused++
+				inv := 1 / s
+				var swc float64
+				var scc int64
+				for _, x := range w {
+					c := int64(symCode(x, inv)) - 8
+					swc += float64(float64(x) * float64(c))
+					scc += c * c
+				}
+				if f.swc != swc || f.scc != float64(scc) {
+					t.Fatalf("s=%g: refit sums %v %v, sequential %v %v", s, f.swc, f.scc, swc, scc)
+				}
+			}
+		}
+	}
+}
