@@ -11,8 +11,15 @@ func int8BF16AVX2(dst *int8, src *uint16, n64 int, scale float32, acc *[2]float6
 //go:noescape
 func sym4ErrAVX2(w *float32, n16 int, s, inv float32, limit float64, sums *[2]float64) (total float64, complete bool)
 
+//go:noescape
+func bf16ToF16AVX2(dst, src *uint16, n8 int)
+
+//go:noescape
+func bf16ToF16T8x8AVX2(dst *uint16, ldd int, src *uint16, lds int)
+
 func init() {
-	if envFamily >= familyAVX2 && cpu.X86.HasAVX2 {
+	// F16C comes with every AVX2 CPU; checked anyway for the conversions.
+	if envFamily >= familyAVX2 && cpu.X86.HasAVX2 && cpu.X86.HasF16C {
 		quantSIMD = true
 	}
 }

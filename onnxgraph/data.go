@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"unsafe"
 
 	"sparkconv/dtype"
+	"sparkconv/kernels"
 	"sparkconv/onnxio"
 )
 
@@ -112,6 +114,9 @@ func TransposeRaw(raw []byte, src dtype.DType, dt DType, rows, cols int) (Data, 
 func (r *rawConvert) Size() int64 { return int64(r.rows) * int64(r.cols) * int64(r.dt.Size()) }
 
 func (r *rawConvert) WriteTo(w io.Writer) (int64, error) {
+	if r.src == dtype.BF16 && r.dt == Float16 && fastF16 {
+		return r.writeBF16ToF16(w)
+	}
 	if r.transpose {
 		return r.writeTransposed(w)
 	}
@@ -133,6 +138,72 @@ func (r *rawConvert) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return total, nil
+}
+
+// fastF16 enables the direct bf16 -> fp16 path on little-endian hosts,
+// where uint16s are their own little-endian bytes (tests turn it off to
+// compare with the portable path).
+var fastF16 = func() bool { x := uint16(1); return *(*byte)(unsafe.Pointer(&x)) == 1 }()
+
+// writeBF16ToF16 is WriteTo for bf16 -> fp16, without a float32 copy: 8x8
+// tiles converted and transposed in registers (SIMD where the CPU allows;
+// the same bits as the portable path either way), in bands of 64 output
+// rows so that every source row is read in short contiguous runs.
+func (r *rawConvert) writeBF16ToF16(w io.Writer) (int64, error) {
+	src := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(r.raw))), len(r.raw)/2)
+	if !r.transpose {
+		out := make([]uint16, min(len(src), chunkElems))
+		var total int64
+		for start := 0; start < len(src); start += chunkElems {
+			part := src[start:min(start+chunkElems, len(src))]
+			o := out[:len(part)]
+			done := kernels.BF16ToF16(o, part)
+			for i, b := range part[done:] {
+				o[done+i] = dtype.F32ToF16(dtype.BF16ToF32(b))
+			}
+			m, err := w.Write(u16Bytes(o))
+			total += int64(m)
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+	const band = 64
+	rows, cols := r.rows, r.cols
+	out := make([]uint16, band*rows)
+	var total int64
+	for c0 := 0; c0 < cols; c0 += band {
+		nb := min(band, cols-c0)
+		tiled := 0 // rows [0, tiled) done by the 8x8 tiles
+		if nb == band {
+		tiles:
+			for ; tiled+8 <= rows; tiled += 8 {
+				for c := 0; c < band; c += 8 {
+					if !kernels.BF16ToF16T8x8(out[c*rows+tiled:], rows, src[tiled*cols+c0+c:], cols) {
+						tiled = 0 // no SIMD kernel: nothing was written
+						break tiles
+					}
+				}
+			}
+		}
+		for row := tiled; row < rows; row++ {
+			for j, b := range src[row*cols+c0 : row*cols+c0+nb] {
+				out[j*rows+row] = dtype.F32ToF16(dtype.BF16ToF32(b))
+			}
+		}
+		m, err := w.Write(u16Bytes(out[:nb*rows]))
+		total += int64(m)
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// u16Bytes views little-endian uint16s (amd64, arm64) as bytes.
+func u16Bytes(v []uint16) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 2*len(v))
 }
 
 // writeTransposed emits output rows (source columns) in bands of 64: each
