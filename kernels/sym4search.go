@@ -23,3 +23,19 @@ func Sym4Err(w []float32, s, inv float32, limit float64, sums *[2]float64) (tota
 	total, complete = sym4ErrAVX2(&w[0], n/16, s, inv, limit, sums)
 	return total, complete, n, true
 }
+
+// Asym4Err is Sym4Err for the asymmetric grid: codes r = clamp(rint((w -
+// z)*inv), -8, 7), errors of w - (float32(r*s) + z), and, after a complete
+// pass, sums = Σ w·r, Σ r², Σ r (exact as for Sym4Err).
+func Asym4Err(w []float32, s, z, inv float32, limit float64, sums *[3]float64) (total float64, complete bool, done int, ok bool) {
+	n := len(w) &^ 15
+	if !quantSIMD {
+		return 0, false, 0, false
+	}
+	if n == 0 {
+		sums[0], sums[1], sums[2] = 0, 0, 0
+		return 0, true, 0, true
+	}
+	total, complete = asym4ErrAVX2(&w[0], n/16, s, z, inv, limit, sums)
+	return total, complete, n, true
+}

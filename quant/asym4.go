@@ -1,5 +1,11 @@
 package quant
 
+import (
+	"math"
+
+	"sparkconv/kernels"
+)
+
 // Asym4 is one group's parameters on torch's CPU tinygemm int4 grid
 // (_weight_int4pack_mm_for_cpu, torchao's tinygemm qparams with a float
 // zero): w = (q - 8) * Scale + Zero, q in 0..15.
@@ -77,23 +83,98 @@ func Asym4Search(w []float32, dt ScaleDType) Asym4 {
 		h := float32(shrinkFactor(i) * half)
 		return asymRange(mid-h, mid+h, dt)
 	}
+	g := newAsymGroup(w)
+	var fits [searchSteps]asymSums
 	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
-		return asym4Err(w, cand(i), limit)
+		e, f := g.err(cand(i), limit)
+		fits[i] = f
+		return e
 	})
-	best := cand(bestI)
+	best, fit := cand(bestI), fits[bestI]
 	for it := 0; it < lsIters && bestE > 0; it++ {
-		p, ok := asym4Refit(w, best, dt)
+		p, ok := g.refit(fit, best, dt)
 		if !ok || p == best {
 			break
 		}
 		limit := bestE * (1 - acceptMargin)
-		e := asym4Err(w, p, limit)
+		e, f := g.err(p, limit)
 		if e >= limit {
 			break
 		}
-		best, bestE = p, e
+		best, bestE, fit = p, e, f
 	}
 	return best
+}
+
+// asymGroup is a group under the asymmetric search: its values, Σ w
+// (the same for every candidate, summed in order as asym4Refit does), and
+// whether the SIMD pass may give the refit sums. Those are exact, hence
+// order-free, when no partial sum can round: every term w·c is a multiple
+// of 2^(e-23) for e the exponent of the smallest nonzero |w|, and is at
+// most 8·amax, so 256 values with amax/min|w| < 2^15 stay below 2^53 of
+// those units.
+type asymGroup struct {
+	w     []float32
+	sw    float64
+	exact bool
+}
+
+// asymSums are Σ w·c, Σ c² and Σ c of a candidate's codes (c = q - 8),
+// when its error pass computed them (ok).
+type asymSums struct {
+	swc, scc, sc float64
+	ok           bool
+}
+
+func newAsymGroup(w []float32) asymGroup {
+	g := asymGroup{w: w}
+	amax, minNZ := float32(0), float32(math.Inf(1))
+	for _, x := range w {
+		g.sw += float64(x)
+		a := float32(math.Abs(float64(x)))
+		amax = max(amax, a)
+		if a != 0 {
+			minNZ = min(minNZ, a)
+		}
+	}
+	g.exact = len(w) <= 256 && amax < minNZ*0x1p15
+	return g
+}
+
+// err is asym4Err of p, with the refit sums when the SIMD pass ran to the
+// end.
+func (g asymGroup) err(p Asym4, limit float64) (float64, asymSums) {
+	if !g.exact {
+		return asym4Err(g.w, p, limit), asymSums{}
+	}
+	inv := 1 / p.Scale
+	var sums [3]float64
+	total, complete, done, ok := kernels.Asym4Err(g.w, p.Scale, p.Zero, inv, limit, &sums)
+	if !ok {
+		return asym4Err(g.w, p, limit), asymSums{}
+	}
+	if !complete {
+		return total, asymSums{}
+	}
+	f := asymSums{swc: sums[0], scc: sums[1], sc: sums[2], ok: true}
+	for _, x := range g.w[done:] {
+		q := asymCode(x, p.Zero, inv)
+		c := int64(q) - 8
+		d := float64(x) - float64(p.Value(q))
+		total += d * d
+		f.swc += float64(float64(x) * float64(c))
+		f.scc += float64(c * c)
+		f.sc += float64(c)
+	}
+	return total, f
+}
+
+// refit is asym4Refit, from the sums when they are there.
+func (g asymGroup) refit(f asymSums, p Asym4, dt ScaleDType) (Asym4, bool) {
+	if !f.ok {
+		return asym4Refit(g.w, p, dt)
+	}
+	return asymFit(float64(len(g.w)), f.sc, f.scc, g.sw, f.swc, dt)
 }
 
 // asym4Refit fits scale and zero by least squares to the codes that p
@@ -109,18 +190,22 @@ func asym4Refit(w []float32, p Asym4, dt ScaleDType) (Asym4, bool) {
 		sw += float64(x)
 		swc += float64(float64(x) * float64(c))
 	}
-	// Explicit conversions round every product, so no FMA fusion changes
-	// the result on any architecture.
-	n := float64(len(w))
-	den := float64(n*float64(scc)) - float64(float64(sc)*float64(sc))
+	return asymFit(float64(len(w)), float64(sc), float64(scc), sw, swc, dt)
+}
+
+// asymFit solves the least-squares scale and zero from the sums of n
+// values and their codes. Explicit conversions round every product, so no
+// FMA fusion changes the result on any architecture.
+func asymFit(n, sc, scc, sw, swc float64, dt ScaleDType) (Asym4, bool) {
+	den := float64(n*scc) - float64(sc*sc)
 	if den <= 0 {
 		return Asym4{}, false
 	}
-	s := (float64(n*swc) - float64(float64(sc)*sw)) / den
+	s := (float64(n*swc) - float64(sc*sw)) / den
 	if !(s > 0) {
 		return Asym4{}, false
 	}
-	z := (sw - float64(s*float64(sc))) / n
+	z := (sw - float64(s*sc)) / n
 	rs := clampScale(dt.Round(max(float32(s), asymMinScale)), dt)
 	rz := dt.Round(float32(z))
 	return Asym4{Scale: rs, Zero: min(max(rz, -dt.maxFinite()), dt.maxFinite())}, true

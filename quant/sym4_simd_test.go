@@ -126,3 +126,63 @@ func TestSym4ErrSums(t *testing.T) {
 		}
 	}
 }
+
+// asym4SearchSequential is Asym4Search before the SIMD error pass.
+func asym4SearchSequential(w []float32, dt ScaleDType) Asym4 {
+	lo, hi := minMax(w)
+	if hi-lo < tinyRange || max(-lo, hi) >= hugeRange {
+		return asymRange(lo, hi, dt)
+	}
+	mid := lo + (hi-lo)/2
+	half := (hi - lo) / 2
+	cand := func(i int) Asym4 {
+		if i == 0 {
+			return asymRange(lo, hi, dt)
+		}
+		h := float32(shrinkFactor(i) * half)
+		return asymRange(mid-h, mid+h, dt)
+	}
+	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
+		return asym4Err(w, cand(i), limit)
+	})
+	best := cand(bestI)
+	for it := 0; it < lsIters && bestE > 0; it++ {
+		p, ok := asym4Refit(w, best, dt)
+		if !ok || p == best {
+			break
+		}
+		limit := bestE * (1 - acceptMargin)
+		e := asym4Err(w, p, limit)
+		if e >= limit {
+			break
+		}
+		best, bestE = p, e
+	}
+	return best
+}
+
+func TestAsym4SearchSIMDIdentical(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	var exact int
+	for _, n := range []int{16, 32, 64, 128, 256, 512} {
+		for _, dt := range []ScaleDType{ScaleF16, ScaleBF16, ScaleF32} {
+			for g, w := range searchGroups(r, 600, n) {
+				if g%7 == 6 { // shifted groups: the zero far from 0
+					for i := range w {
+						w[i] += 3 * w[0]
+					}
+				}
+				if newAsymGroup(w).exact {
+					exact++
+				}
+				got, want := Asym4Search(w, dt), asym4SearchSequential(w, dt)
+				if math.Float32bits(got.Scale) != math.Float32bits(want.Scale) || math.Float32bits(got.Zero) != math.Float32bits(want.Zero) {
+					t.Fatalf("n=%d %v group %d: %+v, sequential search %+v", n, dt, g, got, want)
+				}
+			}
+		}
+	}
+	if exact == 0 {
+		t.Error("no group took the fused path")
+	}
+}
