@@ -103,6 +103,8 @@ func BenchmarkSolve(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("%s_%dx%d/solve", sh.name, sh.n, sh.k), func(b *testing.B) {
 			var r Result
+			setPhase("solve") // -tagfocus gptq=solve: the solve without the setup
+			defer setPhase("")
 			c0 := cpuSeconds()
 			for b.Loop() {
 				if err := Solve(&r, m, &f, g); err != nil {
