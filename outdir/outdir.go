@@ -234,11 +234,9 @@ func (d *Dir) Join(name string) string { return filepath.Join(d.tmp, name) }
 // The renames, replaceable by tests to play a file system without
 // renameat2 flags.
 var (
-	renameExchange = func(a, b string) error {
-		return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
-	}
+	renameExchange  = exchangeRename
 	renameNoReplace = func(a, b string) error {
-		err := unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_NOREPLACE)
+		err := noReplaceRename(a, b)
 		if unsupported(err) { // no renameat2 flags here: check, then rename
 			if _, lerr := os.Lstat(b); lerr == nil {
 				return syscall.EEXIST

@@ -5,9 +5,8 @@ import (
 	"hash"
 	"os"
 	"sync"
+	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // Stream sizes: bytes are handed to the writing goroutine in chunks of
@@ -117,11 +116,10 @@ func (s *Stream) writer() {
 			} else {
 				// Advisory: a file system without sync_file_range is
 				// still made durable by Close's fsync.
-				_ = unix.SyncFileRange(fd, off, int64(len(c)), unix.SYNC_FILE_RANGE_WRITE)
+				startWriteBack(fd, off, int64(len(c)))
 				off += int64(len(c))
 				if behind := off - streamLag; behind > synced {
-					_ = unix.SyncFileRange(fd, synced, behind-synced,
-						unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+					waitWriteBack(fd, synced, behind-synced)
 					synced = behind
 				}
 			}
@@ -142,7 +140,7 @@ func (s *Stream) writeDirect(c []byte) error {
 	head := len(c) &^ (directAlign - 1)
 	if head > 0 {
 		_, err := s.f.Write(c[:head])
-		if errors.Is(err, unix.EINVAL) {
+		if errors.Is(err, syscall.EINVAL) {
 			if err := setDirect(s.f, false); err != nil {
 				return err
 			}
@@ -162,22 +160,6 @@ func (s *Stream) writeDirect(c []byte) error {
 	}
 	s.direct = false
 	_, err := s.f.Write(c[head:])
-	return err
-}
-
-// setDirect sets or clears O_DIRECT on f.
-func setDirect(f *os.File, on bool) error {
-	fd := int(f.Fd())
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return err
-	}
-	if on {
-		fl |= unix.O_DIRECT
-	} else {
-		fl &^= unix.O_DIRECT
-	}
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl)
 	return err
 }
 
