@@ -77,7 +77,11 @@ func ReadStructure(path string, maxRaw int) (*onnxpb.ModelProto, error) {
 		return nil, err
 	}
 	defer f.Close()
-	m, err := DecodeStructure(bufio.NewReaderSize(f, 1<<20), st.Size(), maxRaw)
+	// Skipped payloads are seeked over, not read: a fresh export's weights
+	// are not in the page cache (it writes with O_DIRECT) and reading them
+	// back would cost a read of the whole model.
+	d := &structDecoder{r: bufio.NewReaderSize(f, 1<<20), maxRaw: maxRaw, file: f}
+	m, err := d.model(st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -87,6 +91,10 @@ func ReadStructure(path string, maxRaw int) (*onnxpb.ModelProto, error) {
 // DecodeStructure is ReadStructure over size bytes of r.
 func DecodeStructure(r *bufio.Reader, size int64, maxRaw int) (*onnxpb.ModelProto, error) {
 	d := &structDecoder{r: r, maxRaw: maxRaw}
+	return d.model(size)
+}
+
+func (d *structDecoder) model(size int64) (*onnxpb.ModelProto, error) {
 	var graph *onnxpb.GraphProto
 	rest, _, err := d.message(size, 7, func(n int64) (any, error) {
 		g, err := d.graph(n)
@@ -120,6 +128,24 @@ func DecodeStructure(r *bufio.Reader, size int64, maxRaw int) (*onnxpb.ModelProt
 type structDecoder struct {
 	r      *bufio.Reader
 	maxRaw int
+	file   io.ReadSeeker // r's source, when skipping may seek
+}
+
+// skip passes over n bytes: through the buffer, and by seeking the file
+// past whatever the buffer does not hold.
+func (d *structDecoder) skip(n int64) error {
+	if b := int64(d.r.Buffered()); d.file != nil && n > b {
+		d.r.Discard(int(b))
+		if _, err := d.file.Seek(n-b, io.SeekCurrent); err != nil {
+			return errTruncated
+		}
+		d.r.Reset(d.file)
+		return nil
+	}
+	if _, err := d.r.Discard(int(n)); err != nil {
+		return errTruncated
+	}
+	return nil
 }
 
 var errTruncated = errors.New("truncated protobuf")
@@ -266,11 +292,7 @@ func (d *structDecoder) graph(size int64) (*onnxpb.GraphProto, error) {
 func (d *structDecoder) tensor(size int64) (*onnxpb.TensorProto, error) {
 	rest, raw, err := d.message(size, 9, func(n int64) (any, error) {
 		if n > int64(d.maxRaw) {
-			_, err := d.r.Discard(int(n))
-			if err != nil {
-				return nil, errTruncated
-			}
-			return nil, nil
+			return nil, d.skip(n)
 		}
 		b, err := d.copyBytes(nil, n)
 		return b, err
