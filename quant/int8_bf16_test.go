@@ -100,6 +100,13 @@ func TestQuantizeInt8Scaled(t *testing.T) {
 	for range n {
 		bits = append(bits, bf16Row(r, k)...)
 	}
+	var results []Int8Result
+	defer func() { // bf16 (fused SIMD) and widened float32 (portable) agree
+		a, b := results[0], results[1]
+		if !slices.Equal(a.Codes, b.Codes) || !slices.Equal(a.Scales, b.Scales) || a.Stats != b.Stats {
+			t.Errorf("bf16 and float32 inputs quantize differently (stats %+v vs %+v)", a.Stats, b.Stats)
+		}
+	}()
 	for _, m := range []Matrix{BF16Matrix(n, k, bits), F32Matrix(n, k, widenBF16(bits))} {
 		var want, got Int8Result
 		if err := QuantizeInt8(&want, m, ScaleBF16); err != nil {
@@ -115,6 +122,7 @@ func TestQuantizeInt8Scaled(t *testing.T) {
 		if !slices.Equal(got.Codes, want.Codes) || !slices.Equal(got.Scales, want.Scales) || got.Stats != want.Stats {
 			t.Fatalf("bf16=%v: QuantizeInt8Scaled differs from QuantizeInt8 (stats %+v vs %+v)", m.BF16 != nil, got.Stats, want.Stats)
 		}
+		results = append(results, want)
 	}
 	if err := QuantizeInt8Scaled(&Int8Result{}, BF16Matrix(n, k, bits), make([]float32, 3)); err == nil {
 		t.Error("wrong scale count accepted")

@@ -155,6 +155,22 @@ func QuantizeInt8(dst *Int8Result, m Matrix, dt ScaleDType) error {
 	dst.N, dst.K = m.N, m.K
 	dst.Codes = grow(dst.Codes, m.N*m.K)
 	dst.Scales = grow(dst.Scales, m.N)
+	if m.BF16 != nil { // one pass for the maximum, one fused quantize pass
+		st, err := forRowChunks(m.N, m.K, func() func(n int) (ErrStats, error) {
+			return func(n int) (ErrStats, error) {
+				row := m.BF16[n*m.K : (n+1)*m.K]
+				a := absmaxBF16(row)
+				if a >= 0x7f80 {
+					return ErrStats{}, nonFiniteBF16(row, n)
+				}
+				p := int8FromAmax(bf16ToF32(a), dt)
+				dst.Scales[n] = p.Scale
+				return int8RowBF16(dst.Codes[n*m.K:(n+1)*m.K], row, p.Scale), nil
+			}
+		})
+		dst.Stats = st
+		return err
+	}
 	st, err := forRows(m, func(n int, row []float32, amaxBits uint32) (ErrStats, error) {
 		if err := checkFinite(row, n, amaxBits); err != nil {
 			return ErrStats{}, err
@@ -360,10 +376,7 @@ func Int8Scales(m Matrix, dt ScaleDType) ([]float32, error) {
 	errs := make([]error, m.N)
 	parallelRows(m.N, func(n int) {
 		row := m.BF16[n*m.K : (n+1)*m.K]
-		a, done := kernels.AbsMaxBF16(row)
-		for _, b := range row[done:] {
-			a = max(a, b&0x7fff)
-		}
+		a := absmaxBF16(row)
 		if a >= 0x7f80 {
 			errs[n] = nonFiniteBF16(row, n)
 			return
@@ -376,6 +389,16 @@ func Int8Scales(m Matrix, dt ScaleDType) ([]float32, error) {
 		}
 	}
 	return scales, nil
+}
+
+// absmaxBF16 is the largest magnitude's bits of a bf16 row (>= 0x7f80
+// when it holds NaN or ±Inf).
+func absmaxBF16(row []uint16) uint16 {
+	a, done := kernels.AbsMaxBF16(row)
+	for _, b := range row[done:] {
+		a = max(a, b&0x7fff)
+	}
+	return a
 }
 
 // nonFiniteBF16 names the first NaN or ±Inf of bf16 row n.
