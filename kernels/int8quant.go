@@ -39,3 +39,17 @@ func Int8BF16(dst []int8, src []uint16, s float32, sums *[2]float64) (maxBits ui
 	_ = dst[n-1]
 	return int8BF16AVX2(&dst[0], &src[0], n/64, s, sums), n
 }
+
+// Quant4F32 is the quantize-and-measure pass of package quant's 4-bit
+// grids over the first done values of w (a multiple of 64; 0 when no SIMD
+// kernel runs): r = clamp(rint((w - z)*inv), -8, 7) with the product in
+// float32 and ties to even, dst[i] = r + 8, statistics as Int8BF16's of
+// the errors w - (float32(r*s) + z) (z = 0 for the symmetric grid).
+func Quant4F32(dst []uint8, w []float32, s, z, inv float32, sums *[2]float64) (maxBits uint32, done int) {
+	n := len(w) &^ 63
+	if !quantSIMD || n == 0 {
+		return 0, 0
+	}
+	_ = dst[n-1]
+	return quant4F32AVX2(&dst[0], &w[0], n/64, s, z, inv, sums), n
+}

@@ -6,6 +6,28 @@
 // bf16 bits, and quantize-and-measure of a bf16 row with the bf16 -> f32
 // widening fused in.
 
+// Q4HALF is QHALF for the 4-bit grids on float32 input: r = clamp(rint((w
+// - z)*inv), -8, 7), codes r + 8, d = w - (r*s + z); s, z and the int32 8s
+// sit in the frame at 512, 544 and 576(SP).
+#define Q4HALF(off, wsq, dsq, creg) \
+	VMOVUPS off(SI), Y0 \
+	VSUBPS 544(SP), Y0, Y1 \
+	VMULPS Y15, Y1, Y1 \
+	VROUNDPS $0, Y1, Y1 \
+	VMAXPS Y13, Y1, Y1 \
+	VMINPS Y12, Y1, Y1 \
+	VCVTPS2DQ Y1, creg \
+	VMULPS 512(SP), Y1, Y3 \
+	VADDPS 544(SP), Y3, Y3 \
+	VPADDD 576(SP), creg, creg \
+	VSUBPS Y3, Y0, Y3 \
+	VANDPS Y14, Y3, Y4 \
+	VPMAXUD Y4, Y11, Y11 \
+	VMULPS Y0, Y0, Y0 \
+	VMOVUPS Y0, wsq(SP) \
+	VMULPS Y3, Y3, Y3 \
+	VMOVUPS Y3, dsq(SP)
+
 // func absmaxBF16AVX2(src *uint16, n int) uint16
 // max over i < n of src[i] & 0x7fff; n is a positive multiple of 64.
 TEXT ·absmaxBF16AVX2(SB), NOSPLIT, $0-18
@@ -177,5 +199,76 @@ qloop:
 	VPMAXUD X1, X0, X0
 	VMOVD X0, AX
 	MOVL AX, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// func quant4F32AVX2(dst *uint8, w *float32, n64 int, s, z, inv float32, acc *[2]float64) uint32
+// The 4-bit grids' quantize-and-measure pass (quant's sym4Kernel with z =
+// 0, asym4Kernel) over n64*64 float32 values, statistics as int8BF16AVX2.
+TEXT ·quant4F32AVX2(SB), 0, $608-52
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ n64+16(FP), CX
+	VBROADCASTSS s+24(FP), Y0
+	VMOVUPS Y0, 512(SP)
+	VBROADCASTSS z+28(FP), Y0
+	VMOVUPS Y0, 544(SP)
+	MOVL $8, AX
+	VMOVD AX, X0
+	VPBROADCASTD X0, Y0
+	VMOVDQU Y0, 576(SP)
+	VBROADCASTSS inv+32(FP), Y15
+	MOVQ acc+40(FP), DX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0xc1000000, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	MOVL $0x40e00000, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12
+	VPXOR Y11, Y11, Y11
+	VMOVSD 0(DX), X9
+	VMOVSD 8(DX), X10
+q4loop:
+	Q4HALF(0, 0, 256, Y2)
+	Q4HALF(32, 32, 288, Y8)
+	VPACKSSDW Y8, Y2, Y5
+	VPERMQ $0xd8, Y5, Y5
+	Q4HALF(64, 64, 320, Y2)
+	Q4HALF(96, 96, 352, Y8)
+	VPACKSSDW Y8, Y2, Y6
+	VPERMQ $0xd8, Y6, Y6
+	VPACKSSWB Y6, Y5, Y7
+	VPERMQ $0xd8, Y7, Y7
+	VMOVDQU Y7, (DI)
+	Q4HALF(128, 128, 384, Y2)
+	Q4HALF(160, 160, 416, Y8)
+	VPACKSSDW Y8, Y2, Y5
+	VPERMQ $0xd8, Y5, Y5
+	Q4HALF(192, 192, 448, Y2)
+	Q4HALF(224, 224, 480, Y8)
+	VPACKSSDW Y8, Y2, Y6
+	VPERMQ $0xd8, Y6, Y6
+	VPACKSSWB Y6, Y5, Y7
+	VPERMQ $0xd8, Y7, Y7
+	VMOVDQU Y7, 32(DI)
+	STATS(0, 32, 64, 96, 128, 160, 192, 224, X9)
+	STATS(256, 288, 320, 352, 384, 416, 448, 480, X10)
+	ADDQ $256, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ q4loop
+	VMOVSD X9, 0(DX)
+	VMOVSD X10, 8(DX)
+	VEXTRACTI128 $1, Y11, X0
+	VPMAXUD X0, X11, X0
+	VPSHUFD $0x4e, X0, X1
+	VPMAXUD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPMAXUD X1, X0, X0
+	VMOVD X0, AX
+	MOVL AX, ret+48(FP)
 	VZEROUPPER
 	RET

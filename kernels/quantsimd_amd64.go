@@ -20,6 +20,9 @@ func bf16ToF16T8x8AVX2(dst *uint16, ldd int, src *uint16, lds int)
 //go:noescape
 func asym4ErrAVX2(w *float32, n16 int, s, z, inv float32, limit float64, sums *[3]float64) (total float64, complete bool)
 
+//go:noescape
+func quant4F32AVX2(dst *uint8, w *float32, n64 int, s, z, inv float32, acc *[2]float64) uint32
+
 func init() {
 	// F16C comes with every AVX2 CPU; checked anyway for the conversions.
 	if envFamily >= familyAVX2 && cpu.X86.HasAVX2 && cpu.X86.HasF16C {

@@ -20,3 +20,7 @@ func bf16ToF16T8x8AVX2(*uint16, int, *uint16, int) { panic("kernels: no AVX2") }
 func asym4ErrAVX2(*float32, int, float32, float32, float32, float64, *[3]float64) (float64, bool) {
 	panic("kernels: no AVX2")
 }
+
+func quant4F32AVX2(*uint8, *float32, int, float32, float32, float32, *[2]float64) uint32 {
+	panic("kernels: no AVX2")
+}

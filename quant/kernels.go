@@ -82,8 +82,17 @@ func int8RowBF16(dst []int8, src []uint16, s float32) ErrStats {
 func sym4Kernel(dst []uint8, w []float32, s float32) ErrStats {
 	dst = dst[:len(w)]
 	inv := 1 / s
-	lut := symLUT(s)
 	var b blockStats
+	var sums [2]float64
+	maxBits, done := kernels.Quant4F32(dst, w, s, 0, inv, &sums)
+	b.sumSq, b.sumErr, b.maxBits = sums[0], sums[1], maxBits
+	sym4Blocks(&b, dst[done:], w[done:], s, inv)
+	return b.stats(len(w))
+}
+
+// sym4Blocks is sym4Kernel's portable body, adding to b.
+func sym4Blocks(b *blockStats, dst []uint8, w []float32, s, inv float32) {
+	lut := symLUT(s)
 	var m0, m1 uint32
 	i := 0
 	for ; i+16 <= len(w); i += 16 {
@@ -104,20 +113,29 @@ func sym4Kernel(dst []uint8, w []float32, s float32) ErrStats {
 		}
 		b.flush(s0, s1, e0, e1)
 	}
-	b.maxBits = max(m0, m1)
+	b.maxBits = max(b.maxBits, m0, m1)
 	for ; i < len(w); i++ {
 		q := symCode(w[i], inv)
 		dst[i] = q
 		b.one(w[i], lut[q&15])
 	}
-	return b.stats(len(w))
 }
 
 func asym4Kernel(dst []uint8, w []float32, p Asym4) ErrStats {
 	dst = dst[:len(w)]
-	inv, z := 1/p.Scale, p.Zero
-	lut := asymLUT(p)
+	inv := 1 / p.Scale
 	var b blockStats
+	var sums [2]float64
+	maxBits, done := kernels.Quant4F32(dst, w, p.Scale, p.Zero, inv, &sums)
+	b.sumSq, b.sumErr, b.maxBits = sums[0], sums[1], maxBits
+	asym4Blocks(&b, dst[done:], w[done:], p, inv)
+	return b.stats(len(w))
+}
+
+// asym4Blocks is asym4Kernel's portable body, adding to b.
+func asym4Blocks(b *blockStats, dst []uint8, w []float32, p Asym4, inv float32) {
+	z := p.Zero
+	lut := asymLUT(p)
 	var m0, m1 uint32
 	i := 0
 	for ; i+16 <= len(w); i += 16 {
@@ -138,11 +156,10 @@ func asym4Kernel(dst []uint8, w []float32, p Asym4) ErrStats {
 		}
 		b.flush(s0, s1, e0, e1)
 	}
-	b.maxBits = max(m0, m1)
+	b.maxBits = max(b.maxBits, m0, m1)
 	for ; i < len(w); i++ {
 		q := asymCode(w[i], z, inv)
 		dst[i] = q
 		b.one(w[i], lut[q&15])
 	}
-	return b.stats(len(w))
 }

@@ -3,6 +3,7 @@ package quant
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"sparkconv/kernels"
@@ -184,5 +185,33 @@ func TestAsym4SearchSIMDIdentical(t *testing.T) {
 	}
 	if exact == 0 {
 		t.Error("no group took the fused path")
+	}
+}
+
+// TestQuant4Kernels checks the SIMD quantize-and-measure pass of both
+// 4-bit grids against the portable bodies: codes and statistics bit for
+// bit, on lengths with every remainder and parameters from the searches.
+func TestQuant4Kernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	for _, n := range []int{16, 64, 100, 128, 256, 6656 + 16} {
+		for g, w := range searchGroups(r, 200, n) {
+			sp := Sym4Search(w, ScaleF16)
+			ap := Asym4Search(w, ScaleBF16)
+			if g%3 == 2 { // parameters that clip
+				sp.Scale *= 0.3
+				ap.Scale *= 0.3
+			}
+			got, want := make([]uint8, n), make([]uint8, n)
+			var b blockStats
+			sym4Blocks(&b, want, w, sp.Scale, 1/sp.Scale)
+			if gs := sym4Kernel(got, w, sp.Scale); gs != b.stats(n) || !slices.Equal(got, want) {
+				t.Fatalf("sym n=%d group %d: %+v, portable %+v", n, g, gs, b.stats(n))
+			}
+			b = blockStats{}
+			asym4Blocks(&b, want, w, ap, 1/ap.Scale)
+			if gs := asym4Kernel(got, w, ap); gs != b.stats(n) || !slices.Equal(got, want) {
+				t.Fatalf("asym n=%d group %d: %+v, portable %+v", n, g, gs, b.stats(n))
+			}
+		}
 	}
 }
