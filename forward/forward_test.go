@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -550,5 +551,30 @@ func TestDecodeLayersBatch(t *testing.T) {
 	g := loadGolden(t, goldens[0], Options{})
 	if _, _, _, err := g.m.DecodeLayers(0, make([]float32, 2*g.m.Cfg.HiddenSize), []int{0}, nil); err == nil {
 		t.Error("a batch of 2 rows, 1 position and no caches was accepted")
+	}
+}
+
+// TestDropLayers: after DropLayers the model loads its layers again and
+// computes the same bits.
+func TestDropLayers(t *testing.T) {
+	g := loadGolden(t, goldens[0], Options{CachedLayers: 1})
+	c := g.m.Cfg
+	x, err := g.m.Embed(g.ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := slices.Clone(x), slices.Clone(x)
+	if _, _, err := g.m.ForwardLayer(0, a, len(g.ids), nil); err != nil {
+		t.Fatal(err)
+	}
+	g.m.DropLayers()
+	if len(g.m.layers.layers) != 0 || len(g.m.bufs) != 0 {
+		t.Fatalf("%d layers, %d buffers kept", len(g.m.layers.layers), len(g.m.bufs))
+	}
+	if _, _, err := g.m.ForwardLayer(0, b, len(g.ids), nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a, b) || c.NumLayers < 1 {
+		t.Error("layer 0 differs after DropLayers")
 	}
 }

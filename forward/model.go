@@ -239,6 +239,18 @@ func (m *Model) Layer(i int) (*Layer, error) {
 	return l, nil
 }
 
+// DropLayers forgets every cached layer and its buffers (dropping the
+// pages of its bf16 views when streaming): for a caller that is done with
+// the layers but not with the model (GPTQ before the head). A later
+// forward loads layers again.
+func (m *Model) DropLayers() {
+	for _, l := range m.layers.layers {
+		m.evict(l)
+	}
+	m.layers.layers = nil
+	clear(m.bufs)
+}
+
 // layer returns layer i as the forward multiplies it (bf16 linears in
 // place), loading it on first use.
 func (m *Model) layer(i int) (*Layer, error) {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,4 +49,42 @@ func TestMeasureFull(t *testing.T) {
 	}
 	cal := r.Calibration
 	t.Logf("total %.1fs (forward %.1fs, solve %.1fs), peak RSS %.0f MB, %d fallbacks", r.Timing.TotalS, cal.ForwardS, cal.SolveS, r.PeakRSSMB, len(cal.Fallbacks))
+}
+
+// memProbe reads the resident set from /proc/self/status and the Go heap.
+func memProbe(at string) string {
+	b, _ := os.ReadFile("/proc/self/status")
+	f := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok {
+			f[k] = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))
+		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mb := func(k string) int { n, _ := strconv.Atoi(f[k]); return n / 1024 }
+	return fmt.Sprintf("%-14s VmRSS %5d MiB (anon %5d, file %5d) VmHWM %5d MiB | heap in use %5d MiB, sys %5d MiB", at,
+		mb("VmRSS"), mb("RssAnon"), mb("RssFile"), mb("VmHWM"), ms.HeapInuse>>20, ms.HeapSys>>20)
+}
+
+// TestMeasureHead measures the memory of the head's stage on a full-size
+// checkpoint (SPARKCONV_FULL=DIR): one layer (down_proj's factor is the
+// largest one left over) and then the quantized head, with the resident
+// set and the Go heap at each of the head's steps. A measurement, skipped
+// without SPARKCONV_FULL; it stops after the solve (the later layers are
+// not solved, so the writer refuses).
+func TestMeasureHead(t *testing.T) {
+	in := os.Getenv("SPARKCONV_FULL")
+	if in == "" {
+		t.Skip("set SPARKCONV_FULL to a full-size fixture to measure")
+	}
+	layers, _ := strconv.Atoi(os.Getenv("SPARKCONV_FULL_LAYERS"))
+	c := &Calibrator{Log: os.Stderr, Quiet: true, layerLimit: max(1, layers), trace: func(at string) { fmt.Fprintln(os.Stderr, memProbe(at)) },
+		OnLayer: func(i int, _ []*convert.ModuleReport, _, _ time.Duration) {
+			fmt.Fprintln(os.Stderr, memProbe(fmt.Sprintf("layer %d", i)))
+		}}
+	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 128, QuantHead: true, Solver: c}
+	_, err := convert.GPTQ(context.Background(), o)
+	t.Logf("%v; peak RSS %.0f MiB", err, convert.PeakRSSMB())
 }

@@ -48,11 +48,38 @@ func RoundToNearest(dst *Result, m quant.Matrix, g Grid) error {
 // heldOutRowsBlock is how many weight rows heldOutErr widens at a time.
 const heldOutRowsBlock = 1024
 
+// dequantizer gives the dequantized row n of a quantized matrix whose
+// original row is w.
+type dequantizer interface {
+	dequantizeRow(g Grid, n int, w, dst []float32)
+}
+
+func (r *Result) dequantizeRow(g Grid, n int, _, dst []float32) { r.Dequantize(g, n, dst) }
+
+// nearest is round to nearest computed row by row as heldOutErr needs it
+// (the same groups, parameters and codes as RoundToNearest), so the
+// baseline of the report costs no whole Result: for the head that would be
+// 268 MB of codes held next to GPTQ's.
+type nearest struct{}
+
+func (nearest) dequantizeRow(g Grid, _ int, w, dst []float32) {
+	gs := g.group(len(w))
+	for g0 := 0; g0 < len(w); g0 += gs {
+		p := g.fit(w[g0 : g0+gs])
+		for j, v := range w[g0 : g0+gs] {
+			q, _ := g.code(p, v)
+			dst[g0+j] = g.value(p, q)
+		}
+	}
+}
+
 // heldOutErr is, for each result, ||X (W - Q)^T||^2 / ||X W^T||^2 over the
 // rows X [t, K]: the output error relative to the output's energy, on rows
 // the Hessian never saw. It works through blocks of W's rows, so the head
-// needs no full float32 copy. NaN when there are no rows.
-func heldOutErr(x []float32, t int, m quant.Matrix, g Grid, results ...*Result) []float64 {
+// needs no full float32 copy; after each block it calls done (if set), so
+// that a mapped matrix can drop the pages it read. NaN when there are no
+// rows.
+func heldOutErr(x []float32, t int, m quant.Matrix, g Grid, done func(), results ...dequantizer) []float64 {
 	out := make([]float64, len(results))
 	if t == 0 {
 		for i := range out {
@@ -72,14 +99,17 @@ func heldOutErr(x []float32, t int, m quant.Matrix, g Grid, results ...*Result) 
 				copy(w[r*k:(r+1)*k], m.Row(n0+r, w[r*k:(r+1)*k]))
 			}
 		})
+		if done != nil {
+			done()
+		}
 		kernels.Sgemm(false, true, t, rows, k, 1, x, k, w, k, 0, y, rows)
 		base += sumSq(y[:t*rows])
 		for i, res := range results {
 			kernels.Parallel(rows, func(lo, hi int) {
 				for r := lo; r < hi; r++ {
-					dr := d[r*k : (r+1)*k]
-					res.Dequantize(g, n0+r, dr)
-					for c, v := range w[r*k : (r+1)*k] {
+					dr, wr := d[r*k:(r+1)*k], w[r*k:(r+1)*k]
+					res.dequantizeRow(g, n0+r, wr, dr)
+					for c, v := range wr {
 						dr[c] = v - dr[c]
 					}
 				}

@@ -31,6 +31,9 @@ type Calibrator struct {
 	// records and the forward and solve time it took (for measurements
 	// and logs of long runs).
 	OnLayer func(layer int, mods []*convert.ModuleReport, forward, solve time.Duration)
+
+	layerLimit int             // tests: calibrate only the first layerLimit layers
+	trace      func(at string) // tests: called at the head's stages (memory probes)
 }
 
 func (c *Calibrator) defaults() {
@@ -124,6 +127,8 @@ func (c *Calibrator) Solve(j *convert.Job, spec convert.SolveSpec) (convert.Solu
 	if err := r.head(); err != nil {
 		return nil, err
 	}
+	r.fm, r.f = nil, Factor{}
+	debug.FreeOSMemory() // the writer starts from the store alone
 	r.bar.Done(true)
 	r.cal.ForwardS, r.cal.SolveS, r.cal.PeakRSSMB = r.fwd.Seconds(), r.solve.Seconds(), convert.PeakRSSMB()
 	fmt.Fprintf(c.Log, "sparkconv: gptq: calibrated on %d tokens of %d samples (%s): forward %.1fs, solve %.1fs, %d fallbacks\n",
@@ -209,7 +214,11 @@ func (r *run) Observe(_ int, p forward.Point, data []float32, cols int) {
 func (r *run) layers() error {
 	cfg := r.j.Model.Config
 	var tmp []float32
-	for i := range cfg.NumLayers {
+	n := cfg.NumLayers
+	if r.c.layerLimit > 0 {
+		n = min(n, r.c.layerLimit)
+	}
+	for i := range n {
 		r.bar.Describe(fmt.Sprintf("gptq layer %d/%d", i+1, cfg.NumLayers))
 		for _, h := range r.hess {
 			h.Reset()
@@ -305,7 +314,7 @@ func (r *run) solveLayer(i int, l *forward.Layer) error {
 		}
 		w := weights(l, lm.name)
 		m := quant.F32Matrix(t.N, t.K, *w)
-		res, err := r.module(t, m, h, ferr, lm.input.String(), t0)
+		res, err := r.module(t, m, h, ferr, lm.input.String(), t0, nil)
 		if err != nil {
 			return err
 		}
@@ -314,6 +323,13 @@ func (r *run) solveLayer(i int, l *forward.Layer) error {
 		}
 	}
 	return nil
+}
+
+// mark calls the test probe, if any.
+func (r *run) mark(at string) {
+	if r.c.trace != nil {
+		r.c.trace(at)
+	}
 }
 
 // headTarget is the quantized head, if any.
@@ -326,15 +342,23 @@ func (r *run) headTarget() *convert.Int4Target {
 	return nil
 }
 
-// head solves the quantized head on the final norm's output.
+// head solves the quantized head on the final norm's output. What the
+// layers needed is released first (their Hessians, down_proj's factor, the
+// forward's cached layer), and the head's mapped bf16 rows are dropped from
+// the resident set after every panel of each pass over them: the head is
+// 131072 x 2048, so its codes alone are 268 MB.
 func (r *run) head() error {
 	t := r.headTarget()
+	r.hess, r.f = nil, Factor{}
+	r.fm.DropLayers()
 	if t == nil {
 		r.xs = nil
 		return nil
 	}
+	debug.FreeOSMemory()
 	r.bar.Describe("gptq head")
 	setPhase("head")
+	r.mark("head start")
 	h := NewHessian(t.K)
 	t0 := time.Now()
 	for k, ch := range r.chunks {
@@ -345,46 +369,44 @@ func (r *run) head() error {
 		r.xs[k] = nil
 		r.bar.Add(1)
 	}
+	r.xs = nil
 	r.fwd += time.Since(t0)
-	r.hess = nil
+	r.mark("head hessian")
 	t0 = time.Now()
 	h.Finish()
 	setPhase("factor")
 	ferr := Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
+	r.mark("head factor")
 	m, err := r.j.WeightMatrix(t.Source, t.N, t.K)
 	if err != nil {
 		return err
 	}
-	_, err = r.module(*t, m, h, ferr, forward.FinalNorm.String(), t0)
+	_, err = r.module(*t, m, h, ferr, forward.FinalNorm.String(), t0, func() { r.j.Model.Release(t.Source) })
+	r.j.Model.Release(t.Source)
 	return err
 }
 
 // module solves one target (or rounds it to nearest when its Hessian did
 // not factor, or when GPTQ's held-out error is above round to nearest's),
-// measures both on the held-out rows and stores the result.
-func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr error, input string, t0 time.Time) (*Result, error) {
+// measures both on the held-out rows and stores the result. Round to
+// nearest's error is measured row block by row block: its whole Result is
+// only made when it is the one stored. done (if set) is called whenever a
+// pass over m's rows has read a part of them for the last time.
+func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr error, input string, t0 time.Time, done func()) (*Result, error) {
 	rep := &convert.ModuleReport{Method: "gptq", Input: input, Tokens: h.Tokens, HeldOutRows: h.HeldRows()}
-	res := &Result{}
+	var res *Result
 	if ferr == nil {
 		rep.DampPercent, rep.DampTries = r.f.Damp, r.f.Tries
 		setPhase("solve")
-		if err := Solve(res, m, &r.f, r.grid); err != nil {
+		res = &Result{}
+		if err := solve(res, m, &r.f, r.grid, done); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.Source, err)
 		}
-	}
-	rtn := &Result{}
-	setPhase("rtn")
-	if err := RoundToNearest(rtn, m, r.grid); err != nil {
-		return nil, fmt.Errorf("%s: %w", t.Source, err)
-	}
-	var errs []float64
-	setPhase("heldout")
-	if ferr == nil {
-		errs = heldOutErr(h.Held, h.HeldRows(), m, r.grid, res, rtn)
+		r.mark("solved")
+		setPhase("heldout")
+		errs := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, res, nearest{})
 		rep.OutErr, rep.OutErrRTN = errs[0], errs[1]
-	} else {
-		errs = heldOutErr(h.Held, h.HeldRows(), m, r.grid, rtn)
-		rep.OutErr, rep.OutErrRTN = errs[0], errs[0]
+		r.mark("heldout")
 	}
 	if ferr == nil && rep.OutErr > rep.OutErrRTN && r.f.Damp < RetryDamp {
 		// Overfitted (a Hessian with barely more rows than channels):
@@ -393,29 +415,40 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 		f := Factor{work: r.f.work} // r.f's float64 scratch is free again
 		if err := Prepare(&f, h.H, h.K, RetryDamp, r.c.ActOrder); err == nil {
 			again := &Result{}
-			if err := Solve(again, m, &f, r.grid); err != nil {
+			if err := solve(again, m, &f, r.grid, done); err != nil {
 				return nil, fmt.Errorf("%s: %w", t.Source, err)
 			}
-			if e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, again)[0]; e < rep.OutErr {
+			if e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, again)[0]; e < rep.OutErr {
 				rep.Note = fmt.Sprintf("damping %g lost on held-out rows (%.4g against round to nearest's %.4g); solved again at %g", rep.DampPercent, rep.OutErr, rep.OutErrRTN, f.Damp)
 				res, rep.OutErr, rep.DampPercent, rep.DampTries = again, e, f.Damp, rep.DampTries+f.Tries
 			}
 		}
 	}
-	switch {
-	case ferr != nil:
-		r.fallback(t, rep, fmt.Sprintf("%v (damping tried up to the mean diagonal)", ferr))
-		res = rtn
-	case rep.OutErr > rep.OutErrRTN:
-		r.fallback(t, rep, fmt.Sprintf("GPTQ's held-out output error %.4g is above round to nearest's %.4g", rep.OutErr, rep.OutErrRTN))
-		rep.OutErr = rep.OutErrRTN
-		res = rtn
+	if ferr != nil || rep.OutErr > rep.OutErrRTN {
+		res = nil // GPTQ's codes are not kept: make room for round to nearest's
+		rtn := &Result{}
+		setPhase("rtn")
+		if err := RoundToNearest(rtn, m, r.grid); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.Source, err)
+		}
+		if done != nil {
+			done()
+		}
+		if ferr != nil {
+			setPhase("heldout")
+			rep.OutErrRTN = heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, rtn)[0]
+			r.fallback(t, rep, fmt.Sprintf("%v (damping tried up to the mean diagonal)", ferr))
+		} else {
+			r.fallback(t, rep, fmt.Sprintf("GPTQ's held-out output error %.4g is above round to nearest's %.4g", rep.OutErr, rep.OutErrRTN))
+		}
+		rep.OutErr, res = rep.OutErrRTN, rtn
 	}
 	rep.SolveS = time.Since(t0).Seconds()
 	r.solve += time.Since(t0)
 	if err := r.st.put(t.Source, res, rep); err != nil {
 		return nil, err
 	}
+	r.mark("stored")
 	return res, nil
 }
 

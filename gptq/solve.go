@@ -72,7 +72,12 @@ func (r *Result) size(n, k, gs int, zeros bool) {
 // The working copy of W, the errors and the updates are float32 (the
 // factor is computed in float64 and rounded once, f.U): every update is
 // a float32 GEMM except inside sub-blocks of subBlock columns.
-func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error {
+func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error { return solve(dst, m, f, g, nil) }
+
+// solve is Solve calling done (if set) after each row panel, once the
+// panel's rows are read for the last time (a mapped matrix can then drop
+// their pages).
+func solve(dst *Result, m quant.Matrix, f *Factor, g Grid, done func()) error {
 	n, k := m.N, m.K
 	gs := g.group(k)
 	if f.K != k || len(f.U) != k*k {
@@ -87,6 +92,9 @@ func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error {
 		w: make([]float32, rows*k), e: make([]float32, rows*BlockSize), stats: make([]quant.ErrStats, rows)}
 	for n0 := 0; n0 < n; n0 += rows {
 		s.panel(n0, min(n, n0+rows))
+		if done != nil {
+			done()
+		}
 	}
 	return nil
 }

@@ -469,3 +469,24 @@ func TestDamping(t *testing.T) {
 		t.Errorf("schedule %v", got)
 	}
 }
+
+// TestHeldOutNearest: round to nearest measured row by row (the report's
+// baseline, no whole Result) gives exactly the error of RoundToNearest's
+// Result, on every grid and across row blocks; done is called once per
+// block.
+func TestHeldOutNearest(t *testing.T) {
+	n, k, rows := heldOutRowsBlock+70, 256, 50
+	w, x := calibData(n, k, rows, 5)
+	m := quant.F32Matrix(n, k, w)
+	for _, g := range testGrids {
+		var rtn Result
+		if err := RoundToNearest(&rtn, m, g); err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		got := heldOutErr(x, rows, m, g, func() { calls++ }, nearest{}, &rtn)
+		if got[0] != got[1] || !(got[0] > 0) || calls != 2 {
+			t.Errorf("%v: row by row %v, from the Result %v, %d calls", g, got[0], got[1], calls)
+		}
+	}
+}
