@@ -54,8 +54,9 @@ func MatVecNTBF16(y []float32, b []uint16, x []float32, n, k int) {
 func WidenBF16(dst []float32, src []uint16) {
 	checkLen("WidenBF16", "dst", dst, len(src))
 	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = math.Float32frombits(uint32(v) << 16)
+	_, done := WidenAbsMaxBF16(dst, src)
+	for i := done; i < len(src); i++ {
+		dst[i] = math.Float32frombits(uint32(src[i]) << 16)
 	}
 }
 

@@ -52,6 +52,44 @@ func TestWidenBF16(t *testing.T) {
 	}
 }
 
+// TestWidenAbsMaxBF16 widens every bf16 bit pattern (NaNs included) in
+// rows of every remainder modulo 16 against the scalar rule, and checks
+// the absmax over the part the SIMD kernel took.
+func TestWidenAbsMaxBF16(t *testing.T) {
+	all := make([]uint16, 1<<16)
+	for i := range all {
+		all[i] = uint16(i)
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	for _, n := range []int{1, 15, 16, 17, 31, 48, 1000, 1 << 16} {
+		for off := 0; off+n <= len(all); off += max(n, len(all)/8) {
+			src := all[off : off+n]
+			dst := make([]float32, n)
+			amax, done := WidenAbsMaxBF16(dst, src)
+			if quantSIMD && done != n&^15 {
+				t.Fatalf("n=%d: SIMD took %d values", n, done)
+			}
+			var want uint16
+			for i, b := range src[:done] {
+				if math.Float32bits(dst[i]) != uint32(b)<<16 {
+					t.Fatalf("n=%d: [%d] %#04x widened to %#08x", n, i, b, math.Float32bits(dst[i]))
+				}
+				want = max(want, b&0x7fff)
+			}
+			if amax != want {
+				t.Fatalf("n=%d: absmax %#04x, want %#04x", n, amax, want)
+			}
+			full := make([]float32, n)
+			WidenBF16(full, src)
+			for i, b := range src {
+				if math.Float32bits(full[i]) != uint32(b)<<16 {
+					t.Fatalf("WidenBF16 n=%d: [%d] %#04x widened to %#08x", n, i, b, math.Float32bits(full[i]))
+				}
+			}
+		}
+	}
+}
+
 // TestMatMulNTBF16 checks that bf16 weights give exactly the float32
 // results of the widened weights, for every micro-kernel, with and without
 // the assembly packers.

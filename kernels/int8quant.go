@@ -53,3 +53,15 @@ func Quant4F32(dst []uint8, w []float32, s, z, inv float32, sums *[2]float64) (m
 	_ = dst[n-1]
 	return quant4F32AVX2(&dst[0], &w[0], n/64, s, z, inv, sums), n
 }
+
+// WidenAbsMaxBF16 writes the float32 value of each of the first done bf16
+// bits of src into dst (done a multiple of 16; 0 when no SIMD kernel runs)
+// and returns max(src[i] & 0x7fff) over them.
+func WidenAbsMaxBF16(dst []float32, src []uint16) (amax uint16, done int) {
+	n := len(src) &^ 15
+	if !quantSIMD || n == 0 {
+		return 0, 0
+	}
+	_ = dst[n-1]
+	return widenBF16AVX2(&dst[0], &src[0], n/16), n
+}

@@ -266,3 +266,40 @@ q4loop:
 	MOVL AX, ret+48(FP)
 	VZEROUPPER
 	RET
+
+// func widenBF16AVX2(dst *float32, src *uint16, n16 int) uint16
+// dst[i] = float32 of the bf16 bits src[i] for i < 16*n16; returns max
+// src[i] & 0x7fff. n16 > 0.
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-26
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n16+16(FP), CX
+	MOVL $0x7fff7fff, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	VPXOR Y0, Y0, Y0
+wloop:
+	VPAND (SI), Y15, Y1
+	VPMAXUW Y1, Y0, Y0
+	VPMOVZXWD (SI), Y2
+	VPMOVZXWD 16(SI), Y3
+	VPSLLD $16, Y2, Y2
+	VPSLLD $16, Y3, Y3
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ wloop
+	VEXTRACTI128 $1, Y0, X1
+	VPMAXUW X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPMAXUW X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPMAXUW X1, X0, X0
+	VPSRLD $16, X0, X1
+	VPMAXUW X1, X0, X0
+	VMOVD X0, AX
+	MOVW AX, ret+24(FP)
+	VZEROUPPER
+	RET

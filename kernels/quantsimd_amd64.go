@@ -23,6 +23,12 @@ func asym4ErrAVX2(w *float32, n16 int, s, z, inv float32, limit float64, sums *[
 //go:noescape
 func quant4F32AVX2(dst *uint8, w *float32, n64 int, s, z, inv float32, acc *[2]float64) uint32
 
+//go:noescape
+func widenBF16AVX2(dst *float32, src *uint16, n16 int) uint16
+
+//go:noescape
+func rangeF32AVX2(w *float32, n16 int, r *Range)
+
 func init() {
 	// F16C comes with every AVX2 CPU; checked anyway for the conversions.
 	if envFamily >= familyAVX2 && cpu.X86.HasAVX2 && cpu.X86.HasF16C {

@@ -39,3 +39,27 @@ func Asym4Err(w []float32, s, z, inv float32, limit float64, sums *[3]float64) (
 	total, complete = asym4ErrAVX2(&w[0], n/16, s, z, inv, limit, sums)
 	return total, complete, n, true
 }
+
+// Range describes a group of weights for the 4-bit grids' parameters.
+type Range struct {
+	Lo, Hi float32 // the smallest and largest value
+	AbsMax uint32  // the float32 bits of the largest magnitude
+	MinNZ  uint32  // the float32 bits of the smallest nonzero magnitude; 0 if every value is ±0
+	Sum    float64 // Σ w
+}
+
+// RangeF32 fills r for the first done values of w (a multiple of 16; 0
+// when no SIMD kernel runs or w[0] is NaN). A NaN never becomes Lo or Hi
+// (the comparisons keep the value they have, as a strict x < lo does),
+// but its bits count in AbsMax. Of a +0 and a -0 either may be Lo or Hi.
+// Sum is summed in float64 in an order of its own (four lanes in each of
+// two streams): it is exact, and equal to the sequential sum, whenever no
+// partial sum can round (e.g. AbsMax < 2^15 MinNZ and done <= 256).
+func RangeF32(w []float32, r *Range) (done int) {
+	n := len(w) &^ 15
+	if !quantSIMD || n == 0 || w[0] != w[0] {
+		return 0
+	}
+	rangeF32AVX2(&w[0], n/16, r)
+	return n
+}

@@ -215,3 +215,87 @@ aearly:
 	MOVB $0, complete+56(FP)
 	VZEROUPPER
 	RET
+
+// RANGE8 folds the 8 float32 values in reg (xreg its low half) into the range accumulators:
+// min Y0, max Y1 (a NaN never replaces them: the old value is kept),
+// max |w| bits Y2, min (|w| bits - 1) Y3 (so zeros, as 0xffffffff, never
+// win), and Σw in the float64 accumulators s0 (low 4) and s1 (high 4).
+#define RANGE8(reg, xreg, s0, s1) \
+	VMINPS Y0, reg, Y0 \
+	VMAXPS Y1, reg, Y1 \
+	VANDPS Y15, reg, Y8 \
+	VPMAXUD Y8, Y2, Y2 \
+	VPADDD Y14, Y8, Y8 \
+	VPMINUD Y8, Y3, Y3 \
+	VCVTPS2PD xreg, Y9 \
+	VADDPD Y9, s0, s0 \
+	VEXTRACTF128 $1, reg, X9 \
+	VCVTPS2PD X9, Y9 \
+	VADDPD Y9, s1, s1
+
+// func rangeF32AVX2(w *float32, n16 int, r *Range)
+// The range of w[:16*n16] (see RangeF32); n16 > 0 and w[0] is not NaN.
+TEXT ·rangeF32AVX2(SB), NOSPLIT, $0-24
+	MOVQ w+0(FP), SI
+	MOVQ n16+8(FP), CX
+	MOVQ r+16(FP), DX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	VPCMPEQD Y14, Y14, Y14
+	VBROADCASTSS (SI), Y0
+	VMOVAPS Y0, Y1
+	VPXOR Y2, Y2, Y2
+	VMOVDQA Y14, Y3
+	VXORPD Y4, Y4, Y4
+	VXORPD Y5, Y5, Y5
+	VXORPD Y6, Y6, Y6
+	VXORPD Y7, Y7, Y7
+rloop:
+	VMOVUPS (SI), Y10
+	VMOVUPS 32(SI), Y11
+	RANGE8(Y10, X10, Y4, Y5)
+	RANGE8(Y11, X11, Y6, Y7)
+	ADDQ $64, SI
+	DECQ CX
+	JNZ rloop
+	// lo: the minimum over the lanes, hi the maximum (lanes hold no NaN).
+	VEXTRACTF128 $1, Y0, X8
+	VMINPS X8, X0, X0
+	VPERMILPS $0x4e, X0, X8
+	VMINPS X8, X0, X0
+	VPERMILPS $0xb1, X0, X8
+	VMINSS X8, X0, X0
+	VMOVSS X0, 0(DX)
+	VEXTRACTF128 $1, Y1, X8
+	VMAXPS X8, X1, X1
+	VPERMILPS $0x4e, X1, X8
+	VMAXPS X8, X1, X1
+	VPERMILPS $0xb1, X1, X8
+	VMAXSS X8, X1, X1
+	VMOVSS X1, 4(DX)
+	VEXTRACTI128 $1, Y2, X8
+	VPMAXUD X8, X2, X2
+	VPSHUFD $0x4e, X2, X8
+	VPMAXUD X8, X2, X2
+	VPSHUFD $0xb1, X2, X8
+	VPMAXUD X8, X2, X2
+	VMOVD X2, 8(DX)
+	VEXTRACTI128 $1, Y3, X8
+	VPMINUD X8, X3, X3
+	VPSHUFD $0x4e, X3, X8
+	VPMINUD X8, X3, X3
+	VPSHUFD $0xb1, X3, X8
+	VPMINUD X8, X3, X3
+	VPSUBD X14, X3, X3
+	VMOVD X3, 12(DX)
+	VADDPD Y5, Y4, Y4
+	VADDPD Y7, Y6, Y6
+	VADDPD Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X8
+	VADDPD X8, X4, X4
+	VPERMILPD $1, X4, X8
+	VADDSD X8, X4, X4
+	VMOVSD X4, 16(DX)
+	VZEROUPPER
+	RET

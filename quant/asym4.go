@@ -51,8 +51,8 @@ func (p Asym4) Dequantize(dst []float32, codes []uint8) {
 // rounded to dt (torch rounds after every bf16 operation instead, which can
 // differ in the last bit of the zero). A non-empty w is required.
 func Asym4MinMax(w []float32, dt ScaleDType) Asym4 {
-	lo, hi := minMax(w)
-	return asymRange(lo, hi, dt)
+	r := groupRange(w)
+	return asymRange(r.Lo, r.Hi, dt)
 }
 
 // asymRange gives the rounded parameters whose grid spans [lo, hi].
@@ -70,7 +70,8 @@ func asymRange(lo, hi float32, dt ScaleDType) Asym4 {
 // measured and i = 0 is Asym4MinMax, so the result is never worse than it.
 // A non-empty w is required.
 func Asym4Search(w []float32, dt ScaleDType) Asym4 {
-	lo, hi := minMax(w)
+	r := groupRange(w)
+	lo, hi := r.Lo, r.Hi
 	if hi-lo < tinyRange || max(-lo, hi) >= hugeRange {
 		return asymRange(lo, hi, dt)
 	}
@@ -83,7 +84,7 @@ func Asym4Search(w []float32, dt ScaleDType) Asym4 {
 		h := float32(shrinkFactor(i) * half)
 		return asymRange(mid-h, mid+h, dt)
 	}
-	g := newAsymGroup(w)
+	g := newAsymGroup(w, r)
 	var fits [searchSteps]asymSums
 	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
 		e, f := g.err(cand(i), limit)
@@ -106,13 +107,14 @@ func Asym4Search(w []float32, dt ScaleDType) Asym4 {
 	return best
 }
 
-// asymGroup is a group under the asymmetric search: its values, Σ w
-// (the same for every candidate, summed in order as asym4Refit does), and
-// whether the SIMD pass may give the refit sums. Those are exact, hence
-// order-free, when no partial sum can round: every term w·c is a multiple
-// of 2^(e-23) for e the exponent of the smallest nonzero |w|, and is at
-// most 8·amax, so 256 values with amax/min|w| < 2^15 stay below 2^53 of
-// those units.
+// asymGroup is a group under the asymmetric search: its values, Σ w (the
+// same for every candidate), and whether the SIMD pass may give the refit
+// sums. Those are exact, hence order-free, when no partial sum can round:
+// every term w·c is a multiple of 2^(e-23) for e the exponent of the
+// smallest nonzero |w|, and is at most 8·amax, so 256 values with
+// amax/min|w| < 2^15 stay below 2^53 of those units. Σ w is then exact as
+// well (below 2^47 units), so groupRange's order gives asym4Refit's
+// sequential sum; it is used only then.
 type asymGroup struct {
 	w     []float32
 	sw    float64
@@ -126,19 +128,13 @@ type asymSums struct {
 	ok           bool
 }
 
-func newAsymGroup(w []float32) asymGroup {
-	g := asymGroup{w: w}
-	amax, minNZ := float32(0), float32(math.Inf(1))
-	for _, x := range w {
-		g.sw += float64(x)
-		a := float32(math.Abs(float64(x)))
-		amax = max(amax, a)
-		if a != 0 {
-			minNZ = min(minNZ, a)
-		}
+// newAsymGroup is the group w with its range r (groupRange(w)).
+func newAsymGroup(w []float32, r kernels.Range) asymGroup {
+	amax, minNZ := math.Float32frombits(r.AbsMax), float32(math.Inf(1))
+	if r.MinNZ != 0 {
+		minNZ = math.Float32frombits(r.MinNZ)
 	}
-	g.exact = len(w) <= 256 && amax < minNZ*0x1p15
-	return g
+	return asymGroup{w: w, sw: r.Sum, exact: len(w) <= 256 && amax < minNZ*0x1p15}
 }
 
 // err is asym4Err of p, with the refit sums when the SIMD pass ran to the

@@ -45,9 +45,7 @@ func (m Matrix) Row(n int, buf []float32) []float32 {
 	if m.F32 != nil {
 		return m.F32[n*m.K : (n+1)*m.K]
 	}
-	for i, b := range m.BF16[n*m.K : (n+1)*m.K] {
-		buf[i] = math.Float32frombits(uint32(b) << 16)
-	}
+	kernels.WidenBF16(buf[:m.K], m.BF16[n*m.K:(n+1)*m.K])
 	return buf[:m.K]
 }
 
@@ -61,20 +59,12 @@ func (m Matrix) row(n int, buf []float32) ([]float32, uint32) {
 	}
 	src := m.BF16[n*m.K : (n+1)*m.K]
 	buf = buf[:len(src)]
-	var a0, a1 uint16
-	i := 0
-	for ; i+2 <= len(src); i += 2 {
-		b0, b1 := src[i], src[i+1]
-		buf[i] = math.Float32frombits(uint32(b0) << 16)
-		buf[i+1] = math.Float32frombits(uint32(b1) << 16)
-		a0 = max(a0, b0&0x7fff)
-		a1 = max(a1, b1&0x7fff)
-	}
-	for ; i < len(src); i++ {
+	a, done := kernels.WidenAbsMaxBF16(buf, src)
+	for i := done; i < len(src); i++ {
 		buf[i] = math.Float32frombits(uint32(src[i]) << 16)
-		a0 = max(a0, src[i]&0x7fff)
+		a = max(a, src[i]&0x7fff)
 	}
-	return buf, uint32(max(a0, a1)) << 16
+	return buf, uint32(a) << 16
 }
 
 // checkFinite reports the first NaN or ±Inf of row n, given the row's

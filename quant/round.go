@@ -1,6 +1,10 @@
 package quant
 
-import "math"
+import (
+	"math"
+
+	"sparkconv/kernels"
+)
 
 // rintMagic is 1.5 * 2^23: adding it to a float32 |x| < 2^22 leaves round(x)
 // (ties to even, the FPU's default mode) in the low mantissa bits.
@@ -43,16 +47,31 @@ func absmaxBits(w []float32) uint32 {
 	return max(max(m0, m1), max(m2, m3))
 }
 
-// minMax returns the smallest and largest element of a non-empty w.
-func minMax(w []float32) (lo, hi float32) {
-	lo, hi = w[0], w[0]
-	for _, x := range w[1:] {
-		if x < lo {
-			lo = x
-		}
-		if x > hi {
-			hi = x
-		}
+// groupRange is the range of a non-empty w (kernels.Range): the SIMD
+// kernel's where it runs, then the rest in order. The portable path keeps
+// the first of equal extremes and sums in order; the two agree except in
+// the sign of a zero Lo or Hi (which no parameter rule depends on: each
+// adds a nonzero value to lo or takes a difference), and in Sum where it
+// may round (where the searches do not use it).
+func groupRange(w []float32) kernels.Range {
+	var r kernels.Range
+	done := kernels.RangeF32(w, &r)
+	if done == 0 {
+		r.Lo, r.Hi = w[0], w[0]
 	}
-	return lo, hi
+	for _, x := range w[done:] {
+		if x < r.Lo {
+			r.Lo = x
+		}
+		if x > r.Hi {
+			r.Hi = x
+		}
+		a := absBits(x)
+		r.AbsMax = max(r.AbsMax, a)
+		if a != 0 && (r.MinNZ == 0 || a < r.MinNZ) {
+			r.MinNZ = a
+		}
+		r.Sum += float64(x)
+	}
+	return r
 }

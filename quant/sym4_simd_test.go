@@ -128,7 +128,22 @@ func TestSym4ErrSums(t *testing.T) {
 	}
 }
 
-// asym4SearchSequential is Asym4Search before the SIMD error pass.
+// minMax is the range rule before groupRange: the smallest and largest
+// element of a non-empty w, by strict comparisons.
+func minMax(w []float32) (lo, hi float32) {
+	lo, hi = w[0], w[0]
+	for _, x := range w[1:] {
+		if x < lo {
+			lo = x
+		}
+		if x > hi {
+			hi = x
+		}
+	}
+	return lo, hi
+}
+
+// asym4SearchSequential is Asym4Search before the SIMD passes.
 func asym4SearchSequential(w []float32, dt ScaleDType) Asym4 {
 	lo, hi := minMax(w)
 	if hi-lo < tinyRange || max(-lo, hi) >= hugeRange {
@@ -173,7 +188,7 @@ func TestAsym4SearchSIMDIdentical(t *testing.T) {
 						w[i] += 3 * w[0]
 					}
 				}
-				if newAsymGroup(w).exact {
+				if newAsymGroup(w, groupRange(w)).exact {
 					exact++
 				}
 				got, want := Asym4Search(w, dt), asym4SearchSequential(w, dt)
