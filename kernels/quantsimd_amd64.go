@@ -9,7 +9,13 @@ func absmaxBF16AVX2(src *uint16, n int) uint16
 func int8BF16AVX2(dst *int8, src *uint16, n64 int, scale float32, acc *[2]float64) uint32
 
 //go:noescape
-func sym4ErrAVX2(w *float32, n16 int, s, inv float32, limit float64, sums *[2]float64) (total float64, complete bool)
+func sym4ErrAVX2(w *float32, n16 int, s, inv float32, limit float64) (total float64, complete bool)
+
+//go:noescape
+func sym4SumsAVX2(w *float32, n16 int, inv float32, sums *[2]float64)
+
+//go:noescape
+func asym4SumsAVX2(w *float32, n16 int, z, inv float32, sums *[3]float64)
 
 //go:noescape
 func bf16ToF16AVX2(dst, src *uint16, n8 int)
@@ -18,7 +24,7 @@ func bf16ToF16AVX2(dst, src *uint16, n8 int)
 func bf16ToF16T8x8AVX2(dst *uint16, ldd int, src *uint16, lds int)
 
 //go:noescape
-func asym4ErrAVX2(w *float32, n16 int, s, z, inv float32, limit float64, sums *[3]float64) (total float64, complete bool)
+func asym4ErrAVX2(w *float32, n16 int, s, z, inv float32, limit float64) (total float64, complete bool)
 
 //go:noescape
 func quant4F32AVX2(dst *uint8, w *float32, n64 int, s, z, inv float32, acc *[2]float64) uint32

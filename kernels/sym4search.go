@@ -1,43 +1,69 @@
 package kernels
 
 // Sym4Err is the error pass of package quant's symmetric 4-bit search over
-// the first 16*(len(w)/16) values: the codes r = clamp(rint(w*inv), -8, 7)
-// (the product in float32, ties to even), the squared errors of w - r*s in
-// quant's order (per 16 values, four float32 lanes over elements l, l+4,
-// l+8, l+12 in order, combined as (e0+e1)+(e2+e3) and widened; blocks added
-// in float64 in order), stopping after the first block that takes the total
-// above limit. When it gets through every block it also returns, in
-// sums, Σ w·r and Σ r² of those values (float64 and exact: the caller
-// ensures that no partial sum rounds, so their order does not matter).
-// ok is false when no SIMD kernel runs; done is the number of values
-// covered.
-func Sym4Err(w []float32, s, inv float32, limit float64, sums *[2]float64) (total float64, complete bool, done int, ok bool) {
+// the first done = 16*(len(w)/16) values: the codes r = clamp(rint(w*inv),
+// -8, 7) (the product in float32, ties to even), the squared errors of w -
+// r*s in quant's order (per 16 values, four float32 lanes over elements l,
+// l+4, l+8, l+12 in order, combined as (e0+e1)+(e2+e3) and widened; blocks
+// added in float64 in order). A complete pass (complete) gives quant's
+// total bit for bit; otherwise the pass stopped within four blocks of
+// where the total first went above limit, and total is above limit. ok is
+// false when no SIMD kernel runs.
+func Sym4Err(w []float32, s, inv float32, limit float64) (total float64, complete bool, done int, ok bool) {
 	n := len(w) &^ 15
 	if !quantSIMD {
 		return 0, false, 0, false
 	}
 	if n == 0 {
-		sums[0], sums[1] = 0, 0
 		return 0, true, 0, true
 	}
-	total, complete = sym4ErrAVX2(&w[0], n/16, s, inv, limit, sums)
+	total, complete = sym4ErrAVX2(&w[0], n/16, s, inv, limit)
 	return total, complete, n, true
 }
 
 // Asym4Err is Sym4Err for the asymmetric grid: codes r = clamp(rint((w -
-// z)*inv), -8, 7), errors of w - (float32(r*s) + z), and, after a complete
-// pass, sums = Σ w·r, Σ r², Σ r (exact as for Sym4Err).
-func Asym4Err(w []float32, s, z, inv float32, limit float64, sums *[3]float64) (total float64, complete bool, done int, ok bool) {
+// z)*inv), -8, 7), errors of w - (float32(r*s) + z).
+func Asym4Err(w []float32, s, z, inv float32, limit float64) (total float64, complete bool, done int, ok bool) {
 	n := len(w) &^ 15
 	if !quantSIMD {
 		return 0, false, 0, false
 	}
 	if n == 0 {
-		sums[0], sums[1], sums[2] = 0, 0, 0
 		return 0, true, 0, true
 	}
-	total, complete = asym4ErrAVX2(&w[0], n/16, s, z, inv, limit, sums)
+	total, complete = asym4ErrAVX2(&w[0], n/16, s, z, inv, limit)
 	return total, complete, n, true
+}
+
+// Sym4Sums gives the least-squares refit's sums over the first done =
+// 16*(len(w)/16) values' symmetric codes r (as Sym4Err's): sums = Σ w·r,
+// Σ r², in float64 and in an order of their own, so they are the
+// sequential sums only where no partial sum can round (the caller's
+// bound). ok is false when no SIMD kernel runs.
+func Sym4Sums(w []float32, inv float32, sums *[2]float64) (done int, ok bool) {
+	n := len(w) &^ 15
+	*sums = [2]float64{}
+	if !quantSIMD {
+		return 0, false
+	}
+	if n > 0 {
+		sym4SumsAVX2(&w[0], n/16, inv, sums)
+	}
+	return n, true
+}
+
+// Asym4Sums is Sym4Sums for the asymmetric codes, with sums = Σ w·r, Σ
+// r², Σ r.
+func Asym4Sums(w []float32, z, inv float32, sums *[3]float64) (done int, ok bool) {
+	n := len(w) &^ 15
+	*sums = [3]float64{}
+	if !quantSIMD {
+		return 0, false
+	}
+	if n > 0 {
+		asym4SumsAVX2(&w[0], n/16, z, inv, sums)
+	}
+	return n, true
 }
 
 // Range describes a group of weights for the 4-bit grids' parameters.

@@ -85,24 +85,21 @@ func Asym4Search(w []float32, dt ScaleDType) Asym4 {
 		return asymRange(mid-h, mid+h, dt)
 	}
 	g := newAsymGroup(w, r)
-	var fits [searchSteps]asymSums
 	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
-		e, f := g.err(cand(i), limit)
-		fits[i] = f
-		return e
+		return g.err(cand(i), limit)
 	})
-	best, fit := cand(bestI), fits[bestI]
+	best := cand(bestI)
 	for it := 0; it < lsIters && bestE > 0; it++ {
-		p, ok := g.refit(fit, best, dt)
+		p, ok := g.refit(best, dt)
 		if !ok || p == best {
 			break
 		}
 		limit := bestE * (1 - acceptMargin)
-		e, f := g.err(p, limit)
+		e := g.err(p, limit)
 		if e >= limit {
 			break
 		}
-		best, bestE, fit = p, e, f
+		best, bestE = p, e
 	}
 	return best
 }
@@ -121,13 +118,6 @@ type asymGroup struct {
 	exact bool
 }
 
-// asymSums are Σ w·c, Σ c² and Σ c of a candidate's codes (c = q - 8),
-// when its error pass computed them (ok).
-type asymSums struct {
-	swc, scc, sc float64
-	ok           bool
-}
-
 // newAsymGroup is the group w with its range r (groupRange(w)).
 func newAsymGroup(w []float32, r kernels.Range) asymGroup {
 	amax, minNZ := math.Float32frombits(r.AbsMax), float32(math.Inf(1))
@@ -137,40 +127,43 @@ func newAsymGroup(w []float32, r kernels.Range) asymGroup {
 	return asymGroup{w: w, sw: r.Sum, exact: len(w) <= 256 && amax < minNZ*0x1p15}
 }
 
-// err is asym4Err of p, with the refit sums when the SIMD pass ran to the
-// end.
-func (g asymGroup) err(p Asym4, limit float64) (float64, asymSums) {
+// err is asym4Err of p through the SIMD pass where it runs: the same
+// total when it is at most limit, and a total above limit otherwise.
+func (g asymGroup) err(p Asym4, limit float64) float64 {
+	inv := 1 / p.Scale
+	total, complete, done, ok := kernels.Asym4Err(g.w, p.Scale, p.Zero, inv, limit)
+	if !ok {
+		return asym4Err(g.w, p, limit)
+	}
+	if !complete {
+		return total
+	}
+	for _, x := range g.w[done:] {
+		d := float64(x) - float64(p.Value(asymCode(x, p.Zero, inv)))
+		total += d * d
+	}
+	return total
+}
+
+// refit is asym4Refit, from the SIMD pass's sums when the group is exact.
+func (g asymGroup) refit(p Asym4, dt ScaleDType) (Asym4, bool) {
 	if !g.exact {
-		return asym4Err(g.w, p, limit), asymSums{}
+		return asym4Refit(g.w, p, dt)
 	}
 	inv := 1 / p.Scale
 	var sums [3]float64
-	total, complete, done, ok := kernels.Asym4Err(g.w, p.Scale, p.Zero, inv, limit, &sums)
+	done, ok := kernels.Asym4Sums(g.w, p.Zero, inv, &sums)
 	if !ok {
-		return asym4Err(g.w, p, limit), asymSums{}
-	}
-	if !complete {
-		return total, asymSums{}
-	}
-	f := asymSums{swc: sums[0], scc: sums[1], sc: sums[2], ok: true}
-	for _, x := range g.w[done:] {
-		q := asymCode(x, p.Zero, inv)
-		c := int64(q) - 8
-		d := float64(x) - float64(p.Value(q))
-		total += d * d
-		f.swc += float64(float64(x) * float64(c))
-		f.scc += float64(c * c)
-		f.sc += float64(c)
-	}
-	return total, f
-}
-
-// refit is asym4Refit, from the sums when they are there.
-func (g asymGroup) refit(f asymSums, p Asym4, dt ScaleDType) (Asym4, bool) {
-	if !f.ok {
 		return asym4Refit(g.w, p, dt)
 	}
-	return asymFit(float64(len(g.w)), f.sc, f.scc, g.sw, f.swc, dt)
+	swc, scc, sc := sums[0], sums[1], sums[2]
+	for _, x := range g.w[done:] {
+		c := int64(asymCode(x, p.Zero, inv)) - 8
+		swc += float64(float64(x) * float64(c))
+		scc += float64(c * c)
+		sc += float64(c)
+	}
+	return asymFit(float64(len(g.w)), sc, scc, g.sw, swc, dt)
 }
 
 // asym4Refit fits scale and zero by least squares to the codes that p

@@ -47,7 +47,12 @@ func Sym4Absmax(w []float32, dt ScaleDType) Sym4 {
 
 // symBase is the unrounded plain scale of w.
 func symBase(w []float32) float32 {
-	amax := math.Float32frombits(absmaxBits(w))
+	return symBaseAmax(math.Float32frombits(absmaxBits(w)))
+}
+
+// symBaseAmax is the unrounded plain scale of a group whose largest
+// magnitude is amax.
+func symBaseAmax(amax float32) float32 {
 	if amax == 0 {
 		amax = 1
 	}
@@ -73,84 +78,74 @@ func clampScale(s float32, dt ScaleDType) float32 {
 // so the result is never worse than Sym4Absmax.
 func Sym4Search(w []float32, dt ScaleDType) Sym4 {
 	amax := math.Float32frombits(absmaxBits(w))
-	base := symBase(w)
+	base := symBaseAmax(amax)
 	if base < tinyRange || base >= hugeRange {
 		return Sym4{Scale: symScale(base, 1, dt)}
 	}
 	cand := func(i int) float32 { return symScale(base, shrinkFactor(i), dt) }
-	// The refit sums of every candidate whose error pass went through the
-	// whole group, so the refit of the winner needs no pass of its own.
-	var fits [searchSteps]refitSums
 	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
-		e, f := sym4ErrSums(w, amax, cand(i), limit)
-		fits[i] = f
-		return e
+		return symErr(w, cand(i), limit)
 	})
-	best, fit := cand(bestI), fits[bestI]
+	best := cand(bestI)
 	for it := 0; it < lsIters && bestE > 0; it++ {
-		s, ok := fit.sym4Refit(w, best, dt)
+		s, ok := symRefit(w, amax, best, dt)
 		if !ok || s == best {
 			break
 		}
 		limit := bestE * (1 - acceptMargin)
-		e, f := sym4ErrSums(w, amax, s, limit)
+		e := symErr(w, s, limit)
 		if e >= limit {
 			break
 		}
-		best, bestE, fit = s, e, f
+		best, bestE = s, e
 	}
 	return Sym4{Scale: best}
 }
 
-// refitSums are Σ w·c and Σ c² of a group's codes (c = q - 8), when an
-// error pass computed them (ok).
-type refitSums struct {
-	swc, scc float64
-	ok       bool
-}
-
-// sym4ErrSums is sym4Err, with the refit sums of s when the SIMD pass runs
-// and the sums cannot round: then every partial sum is exact and equals
-// the sequential sum sym4Refit computes. Terms with c != 0 have |w| >=
-// s/2 (1 - 2^-23), so they are multiples of 2^(e-25) for e = exponent(s);
-// with amax/s < 2^15 and 256 values or fewer no partial sum reaches 2^53
-// of those units.
-func sym4ErrSums(w []float32, amax, s float32, limit float64) (float64, refitSums) {
+// symErr is sym4Err through the SIMD pass where it runs: the same total
+// when it is at most limit, and a total above limit otherwise.
+func symErr(w []float32, s float32, limit float64) float64 {
 	inv := 1 / s
-	if len(w) > 256 || !(float32(amax*inv) < 0x1p15) {
-		return sym4Err(w, s, limit), refitSums{}
-	}
-	var sums [2]float64
-	total, complete, done, ok := kernels.Sym4Err(w, s, inv, limit, &sums)
+	total, complete, done, ok := kernels.Sym4Err(w, s, inv, limit)
 	if !ok {
-		return sym4Err(w, s, limit), refitSums{}
+		return sym4Err(w, s, limit)
 	}
 	if !complete {
-		return total, refitSums{}
+		return total
 	}
-	f := refitSums{swc: sums[0], scc: sums[1], ok: true}
-	s2 := float32(s)
 	for _, x := range w[done:] {
-		q := symCode(x, inv)
-		c := int64(q) - 8
-		d := float64(x) - float64(float32(float32(c)*s2))
+		d := float64(x) - float64(float32(float32(int32(symCode(x, inv))-8)*s))
 		total += d * d
-		f.swc += float64(float64(x) * float64(c))
-		f.scc += float64(c * c)
 	}
-	return total, f
+	return total
 }
 
-// sym4Refit is the package-level sym4Refit, from the sums when they are
-// there.
-func (f refitSums) sym4Refit(w []float32, s float32, dt ScaleDType) (float32, bool) {
-	if !f.ok {
+// symRefit is sym4Refit, from the SIMD pass's sums when it runs and the
+// sums cannot round: then every partial sum is exact and equals the
+// sequential sum sym4Refit computes. Terms with c != 0 have |w| >= s/2 (1
+// - 2^-23), so they are multiples of 2^(e-25) for e = exponent(s); with
+// amax/s < 2^15 and 256 values or fewer no partial sum reaches 2^53 of
+// those units.
+func symRefit(w []float32, amax, s float32, dt ScaleDType) (float32, bool) {
+	inv := 1 / s
+	if len(w) > 256 || !(float32(amax*inv) < 0x1p15) {
 		return sym4Refit(w, s, dt)
 	}
-	if f.scc == 0 || f.swc <= 0 {
+	var sums [2]float64
+	done, ok := kernels.Sym4Sums(w, inv, &sums)
+	if !ok {
+		return sym4Refit(w, s, dt)
+	}
+	swc, scc := sums[0], sums[1]
+	for _, x := range w[done:] {
+		c := int64(symCode(x, inv)) - 8
+		swc += float64(float64(x) * float64(c))
+		scc += float64(c * c)
+	}
+	if scc == 0 || swc <= 0 {
 		return 0, false
 	}
-	return clampScale(dt.Round(float32(f.swc/f.scc)), dt), true
+	return clampScale(dt.Round(float32(swc/scc)), dt), true
 }
 
 // sym4Refit returns the least-squares scale for the codes that scale s

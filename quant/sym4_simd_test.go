@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -84,47 +85,79 @@ func TestSym4SearchSIMDIdentical(t *testing.T) {
 	}
 }
 
-// TestSym4ErrSums checks the fused pass against sym4Err (the same float64
-// bits, early exits included) and its refit sums against the sequential
-// ones.
-func TestSym4ErrSums(t *testing.T) {
+// errAgrees checks a SIMD error pass against the portable one: the same
+// float64 bits when the portable total is within limit, above limit too
+// when it is not.
+func errAgrees(t *testing.T, what string, got, want, limit float64) {
+	t.Helper()
+	if want <= limit && math.Float64bits(got) != math.Float64bits(want) || want > limit && !(got > limit) {
+		t.Fatalf("%s limit=%g: error %v, portable %v", what, limit, got, want)
+	}
+}
+
+// TestSym4ErrRefit checks symErr against sym4Err (early exits included:
+// the limits cut passes in every block of 4) and symRefit against
+// sym4Refit, on groups of every length class.
+func TestSym4ErrRefit(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
-	var fused int
-	defer func() {
-		var sums [2]float64
-		if _, _, _, simd := kernels.Sym4Err(make([]float32, 16), 1, 1, 1, &sums); simd && fused == 0 {
-			t.Error("the SIMD pass never gave refit sums")
-		}
-	}()
-	for _, w := range searchGroups(r, 3000, 128) {
-		amax := math.Float32frombits(absmaxBits(w))
-		base := symBase(w)
-		for _, p := range []float32{1, 0.8, 0.5, 0.3} {
-			s := symScale(base, p, ScaleF16)
-			full := sym4Err(w, s, math.Inf(1))
-			for _, limit := range []float64{math.Inf(1), full, full * 0.5, 0} {
-				want := sym4Err(w, s, limit)
-				got, f := sym4ErrSums(w, amax, s, limit)
-				if math.Float64bits(got) != math.Float64bits(want) {
-					t.Fatalf("s=%g limit=%g: error %v, sym4Err %v", s, limit, got, want)
+	var sums [2]float64
+	if _, simd := kernels.Sym4Sums(make([]float32, 16), 1, &sums); !simd {
+		t.Log("no SIMD kernel: checking the portable path against itself")
+	}
+	for _, n := range []int{16, 32, 48, 100, 128, 256, 272, 512} {
+		for _, w := range searchGroups(r, 400, n) {
+			amax := math.Float32frombits(absmaxBits(w))
+			base := symBase(w)
+			for _, p := range []float32{1, 0.8, 0.5, 0.3} {
+				s := symScale(base, p, ScaleF16)
+				full := sym4Err(w, s, math.Inf(1))
+				for _, limit := range []float64{math.Inf(1), full, full * 0.9, full * 0.5, full * 0.1, 0} {
+					errAgrees(t, fmt.Sprintf("n=%d s=%g", n, s), symErr(w, s, limit), sym4Err(w, s, limit), limit)
 				}
-				if !f.ok {
-					continue
-				}
-				fused++
-				inv := 1 / s
-				var swc float64
-				var scc int64
-				for _, x := range w {
-					c := int64(symCode(x, inv)) - 8
-					swc += float64(float64(x) * float64(c))
-					scc += c * c
-				}
-				if f.swc != swc || f.scc != float64(scc) {
-					t.Fatalf("s=%g: refit sums %v %v, sequential %v %v", s, f.swc, f.scc, swc, scc)
+				gs, gok := symRefit(w, amax, s, ScaleF16)
+				ws, wok := sym4Refit(w, s, ScaleF16)
+				if gok != wok || math.Float32bits(gs) != math.Float32bits(ws) {
+					t.Fatalf("n=%d s=%g: refit %v %v, sequential %v %v", n, s, gs, gok, ws, wok)
 				}
 			}
 		}
+	}
+}
+
+// TestAsym4ErrRefit is TestSym4ErrRefit for the asymmetric grid.
+func TestAsym4ErrRefit(t *testing.T) {
+	r := rand.New(rand.NewPCG(19, 20))
+	var exact int
+	for _, n := range []int{16, 32, 48, 100, 128, 256, 272, 512} {
+		for k, w := range searchGroups(r, 400, n) {
+			if k%7 == 6 {
+				for i := range w {
+					w[i] += 3 * w[0]
+				}
+			}
+			g := newAsymGroup(w, groupRange(w))
+			if g.exact {
+				exact++
+			}
+			lo, hi := minMax(w)
+			mid, half := lo+(hi-lo)/2, (hi-lo)/2
+			for _, f := range []float32{1, 0.8, 0.5, 0.3} {
+				h := f * half
+				p := asymRange(mid-h, mid+h, ScaleBF16)
+				full := asym4Err(w, p, math.Inf(1))
+				for _, limit := range []float64{math.Inf(1), full, full * 0.9, full * 0.5, full * 0.1, 0} {
+					errAgrees(t, fmt.Sprintf("n=%d %+v", n, p), g.err(p, limit), asym4Err(w, p, limit), limit)
+				}
+				gp, gok := g.refit(p, ScaleBF16)
+				wp, wok := asym4Refit(w, p, ScaleBF16)
+				if gok != wok || math.Float32bits(gp.Scale) != math.Float32bits(wp.Scale) || math.Float32bits(gp.Zero) != math.Float32bits(wp.Zero) {
+					t.Fatalf("n=%d %+v: refit %+v %v, sequential %+v %v", n, p, gp, gok, wp, wok)
+				}
+			}
+		}
+	}
+	if exact == 0 {
+		t.Error("no group took the SIMD sums")
 	}
 }
 
