@@ -65,3 +65,14 @@ func WidenAbsMaxBF16(dst []float32, src []uint16) (amax uint16, done int) {
 	_ = dst[n-1]
 	return widenBF16AVX2(&dst[0], &src[0], n/16), n
 }
+
+// AbsMaxF32 returns the largest float32 magnitude's bits (w[i] &
+// 0x7fffffff, NaN bits included) over the first done values of w (a
+// multiple of 16; 0 when no SIMD kernel runs).
+func AbsMaxF32(w []float32) (amaxBits uint32, done int) {
+	n := len(w) &^ 15
+	if !quantSIMD || n == 0 {
+		return 0, 0
+	}
+	return absmaxF32AVX2(&w[0], n/16), n
+}

@@ -303,3 +303,27 @@ wloop:
 	MOVW AX, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// func absmaxF32AVX2(w *float32, n16 int) uint32
+// max over i < 16*n16 of the bits of w[i] & 0x7fffffff; n16 > 0.
+TEXT ·absmaxF32AVX2(SB), NOSPLIT, $0-20
+	MOVQ w+0(FP), SI
+	MOVQ n16+8(FP), CX
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+afloop:
+	VPAND (SI), Y15, Y2
+	VPAND 32(SI), Y15, Y3
+	VPMAXUD Y2, Y0, Y0
+	VPMAXUD Y3, Y1, Y1
+	ADDQ $64, SI
+	DECQ CX
+	JNZ afloop
+	VPMAXUD Y1, Y0, Y11
+	HMAXBITS
+	MOVL AX, ret+16(FP)
+	VZEROUPPER
+	RET

@@ -35,6 +35,9 @@ func widenBF16AVX2(dst *float32, src *uint16, n16 int) uint16
 //go:noescape
 func rangeF32AVX2(w *float32, n16 int, r *Range)
 
+//go:noescape
+func absmaxF32AVX2(w *float32, n16 int) uint32
+
 func init() {
 	// F16C comes with every AVX2 CPU; checked anyway for the conversions.
 	if envFamily >= familyAVX2 && cpu.X86.HasAVX2 && cpu.X86.HasF16C {

@@ -32,3 +32,5 @@ func quant4F32AVX2(*uint8, *float32, int, float32, float32, float32, *[2]float64
 func widenBF16AVX2(*float32, *uint16, int) uint16 { panic("kernels: no AVX2") }
 
 func rangeF32AVX2(*float32, int, *Range) { panic("kernels: no AVX2") }
+
+func absmaxF32AVX2(*float32, int) uint32 { panic("kernels: no AVX2") }

@@ -3,6 +3,8 @@ package quant
 import (
 	"encoding/binary"
 	"fmt"
+
+	"sparkconv/kernels"
 )
 
 // Tinygemm (torch _weight_int4pack_mm_for_cpu) layouts of codes [N, K],
@@ -57,7 +59,7 @@ func (l KernelLayout) blockN() (int, error) {
 }
 
 // PackTinygemm writes the portable uint8 [N, K/2] bytes of codes [N, K]
-// into dst (N*K/2 bytes). K must be even.
+// into dst (N*K/2 bytes), rows spread over the cores. K must be even.
 func PackTinygemm(dst []byte, codes []uint8, n, k int) error {
 	if err := checkCodes("tinygemm qweight", codes, n, k, 2, 1); err != nil {
 		return err
@@ -65,6 +67,12 @@ func PackTinygemm(dst []byte, codes []uint8, n, k int) error {
 	if err := checkLen("tinygemm qweight", dst, n*k/2); err != nil {
 		return err
 	}
+	kernels.Parallel(n, func(lo, hi int) { packNibbles(dst[lo*k/2:hi*k/2], codes[lo*k:hi*k]) })
+	return nil
+}
+
+// packNibbles packs the even number of codes into dst, two a byte.
+func packNibbles(dst []byte, codes []uint8) {
 	i := 0
 	for ; i+8 <= len(codes); i += 8 {
 		binary.LittleEndian.PutUint32(dst[i/2:], nibbles8(binary.LittleEndian.Uint64(codes[i:])))
@@ -72,7 +80,6 @@ func PackTinygemm(dst []byte, codes []uint8, n, k int) error {
 	for ; i < len(codes); i += 2 {
 		dst[i/2] = codes[i]&15 | codes[i+1]<<4
 	}
-	return nil
 }
 
 // UnpackTinygemm reads portable uint8 [N, K/2] bytes back into codes [N, K].

@@ -103,3 +103,32 @@ func TestGroupRange(t *testing.T) {
 		t.Error("no exact group")
 	}
 }
+
+// TestAbsmaxBits checks absmaxBits (SIMD on the whole blocks of 16) against
+// the scalar rule, NaN and ±Inf bits included, for every remainder.
+func TestAbsmaxBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for n := 1; n <= 80; n++ {
+		for rep := range 50 {
+			w := make([]float32, n)
+			for i := range w {
+				w[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(20)-10)))
+			}
+			switch rep % 5 {
+			case 1:
+				w[r.IntN(n)] = float32(math.NaN())
+			case 2:
+				w[r.IntN(n)] = float32(math.Inf(-1))
+			case 3:
+				w[r.IntN(n)] = math.Float32frombits(0xffffffff) // NaN with every bit set
+			}
+			var want uint32
+			for _, x := range w {
+				want = max(want, math.Float32bits(x)&0x7fffffff)
+			}
+			if got := absmaxBits(w); got != want {
+				t.Fatalf("n=%d: %#x, want %#x", n, got, want)
+			}
+		}
+	}
+}

@@ -32,8 +32,8 @@ const infBits = 0x7f800000
 
 // absmaxBits returns the largest absBits over w (0 for an empty slice).
 func absmaxBits(w []float32) uint32 {
-	var m0, m1, m2, m3 uint32
-	i := 0
+	m0, i := kernels.AbsMaxF32(w)
+	var m1, m2, m3 uint32
 	for ; i+4 <= len(w); i += 4 {
 		c := (*[4]float32)(w[i : i+4])
 		m0 = max(m0, absBits(c[0]))
