@@ -257,6 +257,16 @@ func (c *Checkpoint) Release(name string) {
 	}
 }
 
+// CheckFinite is File.CheckFinite of the named tensor: NaN/Inf refused,
+// its pages not left resident by the scan.
+func (c *Checkpoint) CheckFinite(name string) error {
+	f, ok := c.byName[name]
+	if !ok {
+		return fmt.Errorf("%s: no tensor %q", c.Dir, name)
+	}
+	return f.CheckFinite(name)
+}
+
 // ReleaseAll drops every shard's pages from this process's resident set.
 func (c *Checkpoint) ReleaseAll() {
 	for _, f := range c.files {

@@ -117,7 +117,11 @@ func (f *File) Float32(name string) (TensorInfo, []float32, error) {
 
 // CheckFinite reports the first NaN or Inf in a float tensor, naming it.
 // 16-bit types are scanned four values per 64-bit word on every core.
-func CheckFinite(t TensorInfo, raw []byte) error {
+func CheckFinite(t TensorInfo, raw []byte) error { return checkFinite(t, raw, nil) }
+
+// checkFinite is CheckFinite; release, if set, is called with the byte
+// range [lo, hi) of raw of each 16-bit chunk once it is scanned.
+func checkFinite(t TensorInfo, raw []byte, release func(lo, hi int)) error {
 	n := int(t.NumElements())
 	switch t.DType {
 	case dtype.BF16, dtype.F16:
@@ -125,7 +129,7 @@ func CheckFinite(t TensorInfo, raw []byte) error {
 		if t.DType == dtype.F16 {
 			exp = 0x7c00
 		}
-		i, err := firstAllOnes16(raw[:2*n], exp)
+		i, err := firstAllOnes16(raw[:2*n], exp, release)
 		if err != nil {
 			return err
 		}
@@ -148,8 +152,9 @@ func CheckFinite(t TensorInfo, raw []byte) error {
 }
 
 // firstAllOnes16 returns the index of the first 16-bit little-endian value
-// whose bits under exp are all set (NaN or Inf), or -1.
-func firstAllOnes16(raw []byte, exp uint16) (int, error) {
+// whose bits under exp are all set (NaN or Inf), or -1. release, if set,
+// gets each chunk's byte range once it is scanned.
+func firstAllOnes16(raw []byte, exp uint16, release func(lo, hi int)) (int, error) {
 	const chunk = 1 << 22 // bytes per task, a multiple of 8
 	tasks := (len(raw) + chunk - 1) / chunk
 	found := make([]int, tasks)
@@ -160,10 +165,13 @@ func firstAllOnes16(raw []byte, exp uint16) (int, error) {
 		wg.Go(func() {
 			if err := Guard(func() error {
 				for c := int(next.Add(1) - 1); c < tasks; c = int(next.Add(1) - 1) {
-					lo := c * chunk
-					found[c] = scanAllOnes16(raw[lo:min(lo+chunk, len(raw))], exp)
+					lo, hi := c*chunk, min((c+1)*chunk, len(raw))
+					found[c] = scanAllOnes16(raw[lo:hi], exp)
 					if found[c] >= 0 {
 						found[c] += lo / 2
+					}
+					if release != nil {
+						release(lo, hi)
 					}
 				}
 				return nil
@@ -218,6 +226,33 @@ func unravel(i int, shape []int64) string {
 		}
 	}
 	return fmt.Sprint(idx)
+}
+
+// CheckFinite is the package's CheckFinite of the named tensor, scanned
+// from the mapping with each chunk's pages dropped from the resident set
+// as soon as the chunk is scanned (they stay in the page cache): scanning
+// a 512 MB embedding does not make it resident. Reading the tensor later
+// maps its pages again.
+func (f *File) CheckFinite(name string) error {
+	t, raw, err := f.Raw(name)
+	if err != nil {
+		return err
+	}
+	base := f.Header.DataStart() + t.Begin
+	return checkFinite(t, raw, func(lo, hi int) { f.dropPages(base+int64(lo), base+int64(hi)) })
+}
+
+// dropPages drops the pages of the file's byte range [off, end) from the
+// resident set, the partial pages at its ends included (as Release does:
+// whoever reads a neighbour's bytes there maps them again from the page
+// cache; and the kernel keeps a huge-page mapping that a range covers only
+// in part).
+func (f *File) dropPages(off, end int64) {
+	page := int64(os.Getpagesize())
+	lo, hi := off/page*page, min((end+page-1)/page*page, int64(len(f.data)))
+	if f.data != nil && hi > lo {
+		_ = unix.Madvise(f.data[lo:hi], unix.MADV_DONTNEED)
+	}
 }
 
 // Release drops the tensor's pages from this process's resident set.

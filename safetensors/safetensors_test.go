@@ -215,14 +215,14 @@ func TestFirstAllOnes16(t *testing.T) {
 	for i := 0; i+2 <= len(raw); i += 2 {
 		binary.LittleEndian.PutUint16(raw[i:], uint16(0x3f00+i%0x7f)|uint16(i&1)<<15) // finite bf16
 	}
-	if got, _ := firstAllOnes16(raw, 0x7f80); got != -1 {
+	if got, _ := firstAllOnes16(raw, 0x7f80, nil); got != -1 {
 		t.Fatalf("finite data: found %d", got)
 	}
 	for _, pos := range []int{0, 1, 3, 4, 7, 1<<21 - 1, 1 << 21, 1<<22 + 4} {
 		for _, v := range []uint16{0x7f80, 0xff80, 0x7fc1} {
 			old := binary.LittleEndian.Uint16(raw[2*pos:])
 			binary.LittleEndian.PutUint16(raw[2*pos:], v)
-			if got, _ := firstAllOnes16(raw, 0x7f80); got != pos {
+			if got, _ := firstAllOnes16(raw, 0x7f80, nil); got != pos {
 				t.Errorf("value %#04x at %d: found %d", v, pos, got)
 			}
 			binary.LittleEndian.PutUint16(raw[2*pos:], old)

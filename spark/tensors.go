@@ -243,7 +243,7 @@ func (m *Model) Raw(name string) (safetensors.TensorInfo, []byte, error) {
 	if err != nil {
 		return t, nil, err
 	}
-	if err := m.checkFinite(name, t, raw); err != nil {
+	if err := m.checkFinite(name); err != nil {
 		return t, nil, err
 	}
 	return t, raw, nil
@@ -258,12 +258,12 @@ func (m *Model) Float32(name string) (safetensors.TensorInfo, []float32, error) 
 	return m.Checkpoint.Float32(name)
 }
 
-func (m *Model) checkFinite(name string, t safetensors.TensorInfo, raw []byte) error {
+func (m *Model) checkFinite(name string) error {
 	if v, ok := m.finite.Load(name); ok {
 		err, _ := v.(error)
 		return err
 	}
-	err := safetensors.CheckFinite(t, raw)
+	err := m.Checkpoint.CheckFinite(name)
 	if err != nil {
 		err = fmt.Errorf("%s: %w", m.File(name), err)
 	}
