@@ -10,85 +10,161 @@ import (
 // ForwardLayer runs layer i of the prefill over x [T, H], the residual
 // stream of positions 0..T-1, replacing x by the layer's output. It returns
 // the layer's keys after RoPE and its values, each [T, KV, D]. obs, when not
-// nil, sees every intermediate tensor of the layer (see Point).
+// nil, sees every intermediate tensor of the layer (see Point). It is the
+// composition of the layer's Stages, in order.
 func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, value []float32, err error) {
-	if H := m.Cfg.HiddenSize; len(x) != T*H {
-		return nil, nil, fmt.Errorf("layer %d: hidden state holds %d values, want T*H = %d*%d", i, len(x), T, H)
-	}
-	l, err := m.layer(i)
+	s, err := m.Stages(i, obs)
 	if err != nil {
 		return nil, nil, err
 	}
-	see := func(p Point, d []float32, cols int) {
-		if obs != nil {
-			obs.Observe(i, p, d, cols)
-		}
+	if err := s.check(x, T); err != nil {
+		return nil, nil, err
 	}
-	key, value = m.attentionBlock(l, x, T, obs, see)
-	m.mlpBlock(l, x, T, see)
+	c := m.Cfg
+	h := m.scratch("h", T*c.HiddenSize)
+	s.InputNorm(h, x, T)
+	att := m.scratch("att", T*c.QDim())
+	key, value = s.Attention(att, h, T)
+	s.AttnOut(x, att, T)
+	s.PostNorm(h, x, T)
+	act := m.scratch("g", T*c.IntermediateSize)
+	s.MLPAct(act, h, T)
+	s.MLPOut(x, act, T)
 	return key, value, nil
 }
 
-// attentionBlock adds the attention half of layer l to x [T, H].
-func (m *Model) attentionBlock(l *Layer, x []float32, T int, obs Observer, see func(Point, []float32, int)) (key, value []float32) {
+// Stages runs one layer a stage at a time, for a caller that needs every
+// chunk's output of one stage before the next stage may run (GPTQ's
+// true-sequential calibration: a linear is solved from its input over all
+// chunks, then the next stage reads its quantized output). Running the
+// six stages in order over one chunk is exactly ForwardLayer. What a stage
+// hands the next is the caller's: h [T, H] (a norm's output), att [T, QD]
+// (the gated attention), act [T, I] (the GEGLU product) and the residual
+// x [T, H]; the stages' own work buffers are the model's, reused. A Stages
+// reads the layer's weights as they are when each stage runs (so a caller
+// may replace them between stages) and is valid until another layer is
+// loaded.
+type Stages struct {
+	m   *Model
+	l   *Layer
+	obs Observer
+}
+
+// Stages returns layer i's stages; obs, when not nil, sees the points each
+// stage computes.
+func (m *Model) Stages(i int, obs Observer) (*Stages, error) {
+	l, err := m.layer(i)
+	if err != nil {
+		return nil, err
+	}
+	return &Stages{m: m, l: l, obs: obs}, nil
+}
+
+func (s *Stages) check(x []float32, T int) error {
+	if H := s.m.Cfg.HiddenSize; len(x) != T*H {
+		return fmt.Errorf("layer %d: hidden state holds %d values, want T*H = %d*%d", s.l.Index, len(x), T, H)
+	}
+	return nil
+}
+
+func (s *Stages) see(p Point, d []float32, cols int) {
+	if s.obs != nil {
+		s.obs.Observe(s.l.Index, p, d, cols)
+	}
+}
+
+// InputNorm writes the input norm of the residual x [T, H] into h [T, H]
+// (HiddenIn, AttnNorm): the input of q_k_v_proj and g_proj.
+func (s *Stages) InputNorm(h, x []float32, T int) {
+	H := s.m.Cfg.HiddenSize
+	s.see(HiddenIn, x, H)
+	s.m.rmsNorm(h[:T*H], x[:T*H], s.l.InNorm)
+	s.see(AttnNorm, h[:T*H], H)
+}
+
+// Attention writes the gated attention of h [T, H] (InputNorm's output)
+// into att [T, QD] (Q .. AttnGated): the input of o_proj. It returns the
+// keys after RoPE and the values, each [T, KVD].
+func (s *Stages) Attention(att, h []float32, T int) (key, value []float32) {
+	m, l, obs := s.m, s.l, s.obs
 	c := m.Cfg
 	H, QD, KVD, NH := c.HiddenSize, c.QDim(), c.KVDim(), c.NumHeads
 	W := QD + 2*KVD
-	see(HiddenIn, x, H)
-	h := m.scratch("h", T*H)
-	m.rmsNorm(h, x, l.InNorm)
-	see(AttnNorm, h, H)
+	h, att = h[:T*H], att[:T*QD]
 	qkv := m.scratch("qkv", T*W)
 	l.matMul(actQKV, qkv, m.actIn(l.Act[actQKV], h, H), T, W, H)
 	gate := m.scratch("gate", T*NH)
 	l.matMul(actG, gate, m.actIn(l.Act[actG], h, H), T, NH, H)
 	if obs != nil {
-		see(Q, columnsInto(m.scratch("obs", T*QD), qkv, W, 0, QD), QD)
-		see(K, columnsInto(m.scratch("obs", T*KVD), qkv, W, QD, KVD), KVD)
+		s.see(Q, columnsInto(m.scratch("obs", T*QD), qkv, W, 0, QD), QD)
+		s.see(K, columnsInto(m.scratch("obs", T*KVD), qkv, W, QD, KVD), KVD)
 	}
 	m.ropeRows(l.Index, qkv, T, 0)
 	key, value = columns(qkv, W, QD, KVD), columns(qkv, W, QD+KVD, KVD)
 	if obs != nil {
-		see(V, value, KVD)
-		see(QRoPE, columnsInto(m.scratch("obs", T*QD), qkv, W, 0, QD), QD)
-		see(KRoPE, key, KVD)
+		s.see(V, value, KVD)
+		s.see(QRoPE, columnsInto(m.scratch("obs", T*QD), qkv, W, 0, QD), QD)
+		s.see(KRoPE, key, KVD)
 	}
-	att := m.scratch("att", T*QD)
 	m.attention(l.Index, qkv, T, att, obs)
-	see(Attn, att, QD)
-	see(GateLogits, gate, NH)
+	s.see(Attn, att, QD)
+	s.see(GateLogits, gate, NH)
 	kernels.Sigmoid(gate)
-	see(Gate, gate, NH)
+	s.see(Gate, gate, NH)
 	m.applyGate(att, gate, T)
-	see(AttnGated, att, QD)
-	o := m.scratch("o", T*H)
-	l.matMul(actO, o, m.actIn(l.Act[actO], att, QD), T, H, QD)
-	see(AttnOut, o, H)
-	addInto(x, o)
-	see(HiddenMid, x, H)
+	s.see(AttnGated, att, QD)
 	return key, value
 }
 
-// mlpBlock adds the GEGLU half of layer l to x [T, H].
-func (m *Model) mlpBlock(l *Layer, x []float32, T int, see func(Point, []float32, int)) {
+// AttnOut adds o_proj of att [T, QD] to the residual x [T, H] (AttnOut,
+// HiddenMid).
+func (s *Stages) AttnOut(x, att []float32, T int) {
+	m, l := s.m, s.l
+	H, QD := m.Cfg.HiddenSize, m.Cfg.QDim()
+	att = att[:T*QD]
+	o := m.scratch("o", T*H)
+	l.matMul(actO, o, m.actIn(l.Act[actO], att, QD), T, H, QD)
+	s.see(AttnOut, o, H)
+	addInto(x[:T*H], o)
+	s.see(HiddenMid, x[:T*H], H)
+}
+
+// PostNorm writes the post-attention norm of the residual x [T, H] into
+// h [T, H] (MLPNorm): the input of gate_proj and up_proj.
+func (s *Stages) PostNorm(h, x []float32, T int) {
+	H := s.m.Cfg.HiddenSize
+	s.m.rmsNorm(h[:T*H], x[:T*H], s.l.PostNorm)
+	s.see(MLPNorm, h[:T*H], H)
+}
+
+// MLPAct writes gelu(gate_proj(h)) * up_proj(h) of h [T, H] (PostNorm's
+// output) into act [T, I] (MLPGate .. MLPAct): the input of down_proj.
+func (s *Stages) MLPAct(act, h []float32, T int) {
+	m, l := s.m, s.l
 	H, I := m.Cfg.HiddenSize, m.Cfg.IntermediateSize
-	h := m.scratch("h", T*H)
-	m.rmsNorm(h, x, l.PostNorm)
-	see(MLPNorm, h, H)
-	g, u := m.scratch("g", T*I), m.scratch("u", T*I)
+	h, g := h[:T*H], act[:T*I]
+	u := m.scratch("u", T*I)
 	l.matMul(actGate, g, m.actIn(l.Act[actGate], h, H), T, I, H)
 	l.matMul(actUp, u, m.actIn(l.Act[actUp], h, H), T, I, H)
-	see(MLPGate, g, I)
+	s.see(MLPGate, g, I)
 	m.gelu(g)
-	see(MLPGELU, g, I)
-	see(MLPUp, u, I)
+	s.see(MLPGELU, g, I)
+	s.see(MLPUp, u, I)
 	mulInto(g, u)
-	see(MLPAct, g, I)
+	s.see(MLPAct, g, I)
+}
+
+// MLPOut adds down_proj of act [T, I] to the residual x [T, H] (MLPOut,
+// HiddenOut).
+func (s *Stages) MLPOut(x, act []float32, T int) {
+	m, l := s.m, s.l
+	H, I := m.Cfg.HiddenSize, m.Cfg.IntermediateSize
+	act = act[:T*I]
 	o := m.scratch("o", T*H)
-	l.matMul(actDown, o, m.actIn(l.Act[actDown], g, I), T, H, I)
-	see(MLPOut, o, H)
-	addInto(x, o)
-	see(HiddenOut, x, H)
+	l.matMul(actDown, o, m.actIn(l.Act[actDown], act, I), T, H, I)
+	s.see(MLPOut, o, H)
+	addInto(x[:T*H], o)
+	s.see(HiddenOut, x[:T*H], H)
 }
 
 // scratch returns the named work buffer with n values (contents
