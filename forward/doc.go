@@ -12,7 +12,10 @@
 //     (Result.Tensors);
 //   - one layer of the prefill on its own (Model.ForwardLayer), with an
 //     Observer that sees every intermediate tensor: calibration runs a corpus
-//     through the model layer by layer with it;
+//     through the model layer by layer with it; and the same layer as six
+//     Stages (input norm, attention, o_proj, post norm, GEGLU, down_proj)
+//     that ForwardLayer composes, for a caller that runs one stage over
+//     every chunk before the next (GPTQ's true-sequential calibration);
 //   - the decode step of the ONNX export contract (shared/spec/
 //     onnx-decode-step.md): one token through one layer against an explicit
 //     KV cache in the contract's layouts (Model.DecodeLayer, LayerCache with

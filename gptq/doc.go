@@ -13,12 +13,17 @@
 //     int4, tinygemm's asymmetric int4 and per-channel int8 (grid.go);
 //   - phase.go: pprof labels that split a conversion's CPU profile by
 //     phase;
-//   - sequential.go: the calibration inside a conversion. Layer by layer,
-//     the layer's input comes from the already-quantized layers before it;
-//     the layer runs once with its float weights to accumulate the Hessians
-//     of its four distinct inputs, its five linears are solved, and it runs
-//     again with the dequantized codes to produce the next layer's input.
-//     The head's Hessian comes from the final norm's output;
+//   - sequential.go: the calibration inside a conversion, true-sequential
+//     (GPTQModel's default): layer by layer, the layer's input comes from
+//     the already-quantized layers before it, and inside a layer stage by
+//     stage (forward.Stages) over every chunk: the input norm's Hessian ->
+//     q_k_v_proj solved; attention with the quantized q_k_v_proj (g_proj
+//     stays float) -> o_proj; o_proj and the residual, post norm ->
+//     gate_proj and up_proj; GEGLU with the quantized gate/up -> down_proj;
+//     down_proj and the residual are the next layer's input. Each linear
+//     is solved on the input its quantized predecessors produce, in one
+//     pass of the forward per layer. The head's Hessian comes from the
+//     final norm's output;
 //   - store.go: the solved codes, kept in a scratch file of the output
 //     folder until the checkpoint writer asks for them (it orders tensors by
 //     dtype and name, not by layer), served through convert's chooser

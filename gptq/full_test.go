@@ -64,8 +64,8 @@ func memProbe(at string) string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	mb := func(k string) int { n, _ := strconv.Atoi(f[k]); return n / 1024 }
-	return fmt.Sprintf("%-14s VmRSS %5d MiB (anon %5d, file %5d) VmHWM %5d MiB | heap in use %5d MiB, sys %5d MiB", at,
-		mb("VmRSS"), mb("RssAnon"), mb("RssFile"), mb("VmHWM"), ms.HeapInuse>>20, ms.HeapSys>>20)
+	return fmt.Sprintf("%-18s VmRSS %5d MiB (anon %5d, file %5d) VmHWM %5d MiB | heap in use %5d MiB, alloc %5d MiB, sys %5d MiB, GCs %d", at,
+		mb("VmRSS"), mb("RssAnon"), mb("RssFile"), mb("VmHWM"), ms.HeapInuse>>20, ms.HeapAlloc>>20, ms.HeapSys>>20, ms.NumGC)
 }
 
 // TestMeasureHead measures the memory of the head's stage on a full-size
@@ -87,4 +87,50 @@ func TestMeasureHead(t *testing.T) {
 	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 128, QuantHead: true, Solver: c}
 	_, err := convert.GPTQ(context.Background(), o)
 	t.Logf("%v; peak RSS %.0f MiB", err, convert.PeakRSSMB())
+}
+
+// TestMeasureBudget measures the held-out errors of a few layers deep in a
+// full-size checkpoint at a token budget (SPARKCONV_FULL=DIR;
+// SPARKCONV_FULL_FROM=L: layers before L run in float, unsolved, to reach
+// it; SPARKCONV_FULL_LAYERS=N layers calibrated from there;
+// SPARKCONV_FULL_TOKENS=T; SPARKCONV_FULL_SAMPLES=FILE instead of the
+// embedded corpus). Per layer: forward and solve time, each module's
+// held-out error GPTQ/RTN and any retry's note. A measurement, skipped
+// without SPARKCONV_FULL; it stops after the solve (the other layers are
+// not solved, so the writer refuses).
+func TestMeasureBudget(t *testing.T) {
+	in := os.Getenv("SPARKCONV_FULL")
+	if in == "" {
+		t.Skip("set SPARKCONV_FULL to a full-size fixture to measure")
+	}
+	env := func(k string, def int) int {
+		if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+			return v
+		}
+		return def
+	}
+	from := env("SPARKCONV_FULL_FROM", 0)
+	c := &Calibrator{Log: os.Stderr, Quiet: true, Budget: env("SPARKCONV_FULL_TOKENS", 0), layerFrom: from, layerLimit: from + env("SPARKCONV_FULL_LAYERS", 1),
+		OnLayer: func(i int, mods []*convert.ModuleReport, fwd, solve time.Duration) {
+			line := fmt.Sprintf("layer %2d: forward %6.1fs solve %6.1fs |", i, fwd.Seconds(), solve.Seconds())
+			for k, m := range mods {
+				line += fmt.Sprintf(" %s %.4g/%.4g", layerModules[k].name, m.OutErr, m.OutErrRTN)
+				if m.Method != "gptq" {
+					line += "(rtn)"
+				}
+			}
+			fmt.Fprintln(os.Stderr, line)
+			for k, m := range mods {
+				if m.Note != "" {
+					fmt.Fprintf(os.Stderr, "  %s: %s\n", layerModules[k].name, m.Note)
+				}
+			}
+		}}
+	if f := os.Getenv("SPARKCONV_FULL_SAMPLES"); f != "" {
+		c.Files = []string{f}
+	}
+	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 128, Solver: c}
+	start := time.Now()
+	_, err := convert.GPTQ(context.Background(), o)
+	t.Logf("%v after %v; peak RSS %.0f MiB", err, time.Since(start), convert.PeakRSSMB())
 }

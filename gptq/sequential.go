@@ -33,6 +33,7 @@ type Calibrator struct {
 	OnLayer func(layer int, mods []*convert.ModuleReport, forward, solve time.Duration)
 
 	layerLimit int             // tests: calibrate only the first layerLimit layers
+	layerFrom  int             // tests: run the layers before it in float, unsolved
 	trace      func(at string) // tests: called at the head's stages (memory probes)
 }
 
@@ -92,6 +93,8 @@ type run struct {
 	fm      *forward.Model
 	chunks  []calib.Chunk
 	xs      [][]float32 // residual stream of every chunk, quantized layers so far
+	hand    [][]float32 // what one stage hands the next, per chunk: att [T, QD], then act [T, I]
+	norm    []float32   // a norm's output for the chunk being run [SeqLen, H]
 	targets map[string]convert.Int4Target
 	hess    map[forward.Point]*Hessian
 	f       Factor
@@ -136,6 +139,12 @@ func (c *Calibrator) Solve(j *convert.Job, spec convert.SolveSpec) (convert.Solu
 	return r.st, nil
 }
 
+// sequentialText is the report's and the config's account of the order.
+const sequentialText = "true sequential: layer by layer, and inside a layer stage by stage over all chunks: " +
+	"q_k_v_proj on the input norm of the quantized layers' output, o_proj on the attention with the quantized q_k_v_proj " +
+	"(g_proj stays float), gate_proj and up_proj on the post-attention norm after the quantized o_proj, " +
+	"down_proj on the GEGLU of the quantized gate_proj and up_proj"
+
 // prepare reads and tokenizes the calibration text and embeds it.
 func (r *run) prepare() error {
 	c, cfg := r.c, r.j.Model.Config
@@ -171,16 +180,20 @@ func (r *run) prepare() error {
 	}
 	r.cal = &convert.Calibration{Method: "gptq", Sources: sources, SHA256: sum, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
-		StaticGroups: c.ActOrder, Sequential: "layer: each layer's inputs come from the quantized layers before it", Fallbacks: []convert.Fallback{}}
+		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Fallbacks: []convert.Fallback{}}
 	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1}); err != nil {
 		return err
 	}
-	r.xs = make([][]float32, len(r.chunks))
+	r.xs, r.hand = make([][]float32, len(r.chunks)), make([][]float32, len(r.chunks))
+	longest := 0
 	for k, ch := range r.chunks {
 		if r.xs[k], err = r.fm.Embed(ch.IDs); err != nil {
 			return err
 		}
+		r.hand[k] = make([]float32, len(ch.IDs)*max(cfg.QDim(), cfg.IntermediateSize))
+		longest = max(longest, len(ch.IDs))
 	}
+	r.norm = make([]float32, longest*cfg.HiddenSize)
 	H, I, QD := cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()
 	r.hess = map[forward.Point]*Hessian{forward.AttnNorm: NewHessian(H), forward.AttnGated: NewHessian(QD),
 		forward.MLPNorm: NewHessian(H), forward.MLPAct: NewHessian(I)}
@@ -191,7 +204,7 @@ func (r *run) prepare() error {
 		r.hess[forward.AttnNorm].TrackMax, r.hess[forward.MLPNorm].TrackMax = true, true
 		r.cal.SmoothAlpha = c.Smooth
 	}
-	steps := int64(2 * cfg.NumLayers * len(r.chunks))
+	steps := int64(5 * cfg.NumLayers * len(r.chunks))
 	if r.headTarget() != nil {
 		steps += int64(len(r.chunks))
 	}
@@ -201,60 +214,86 @@ func (r *run) prepare() error {
 	return nil
 }
 
-// Observe accumulates the four linear inputs of the layer being calibrated.
-func (r *run) Observe(_ int, p forward.Point, data []float32, cols int) {
-	if h, ok := r.hess[p]; ok {
-		setPhase("hessian")
-		h.Add(data, len(data)/cols)
-		setPhase("forward")
-	}
-}
-
-// layers calibrates, solves and propagates every layer in turn.
+// layers calibrates, solves and propagates every layer in turn,
+// true-sequentially: each stage of the layer runs over every chunk, the
+// Hessian of the input it produces is accumulated, the linears reading
+// that input are solved and their weights replaced by the dequantized
+// codes, and only then does the next stage run, on the quantized output:
+//
+//	input norm -> H(attn_norm) -> q_k_v_proj (g_proj stays float)
+//	attention with the quantized q_k_v_proj -> H(attn_gated) -> o_proj
+//	o_proj + residual, post norm -> H(mlp_norm) -> gate_proj, up_proj
+//	GEGLU with the quantized gate/up -> H(mlp_act) -> down_proj
+//	down_proj + residual: the next layer's input
+//
+// One pass of the forward per layer. The norms are computed again in the
+// stage that reads them (SmoothQuant may have rescaled their weights
+// meanwhile); the gated attention and the GEGLU product are kept per chunk
+// (r.hand).
 func (r *run) layers() error {
 	cfg := r.j.Model.Config
-	var tmp []float32
 	n := cfg.NumLayers
 	if r.c.layerLimit > 0 {
 		n = min(n, r.c.layerLimit)
 	}
 	for i := range n {
+		if i < r.c.layerFrom {
+			if err := r.floatLayer(i); err != nil {
+				return err
+			}
+			continue
+		}
 		r.bar.Describe(fmt.Sprintf("gptq layer %d/%d", i+1, cfg.NumLayers))
 		for _, h := range r.hess {
 			h.Reset()
 		}
-		t0, fwd0, solve0 := time.Now(), r.fwd, r.solve
-		setPhase("forward")
-		for k, ch := range r.chunks {
-			if err := r.j.Context().Err(); err != nil {
-				return err
-			}
-			tmp = append(tmp[:0], r.xs[k]...)
-			if _, _, err := r.fm.ForwardLayer(i, tmp, len(ch.IDs), r); err != nil {
-				return err
-			}
-			r.bar.Add(1)
-		}
-		r.fwd += time.Since(t0)
-		l, err := r.fm.Layer(i) // cached: the weights the pass used
+		fwd0, solve0 := r.fwd, r.solve
+		l, err := r.fm.Layer(i) // float32 weights, replaced by codes as they are solved
 		if err != nil {
 			return err
 		}
-		if err := r.solveLayer(i, l); err != nil {
+		s, err := r.fm.Stages(i, nil)
+		if err != nil {
 			return err
 		}
-		t0 = time.Now()
-		setPhase("forward")
-		for k, ch := range r.chunks {
-			if err := r.j.Context().Err(); err != nil {
-				return err
-			}
-			if _, _, err := r.fm.ForwardLayer(i, r.xs[k], len(ch.IDs), nil); err != nil {
-				return err
-			}
-			r.bar.Add(1)
+		stages := []struct {
+			run   func(k, T int) []float32 // one chunk; returns the input to accumulate
+			input forward.Point            // -1: the last stage, nothing to solve
+		}{
+			{func(k, T int) []float32 { s.InputNorm(r.norm, r.xs[k], T); return r.norm }, forward.AttnNorm},
+			{func(k, T int) []float32 {
+				s.InputNorm(r.norm, r.xs[k], T)
+				s.Attention(r.hand[k], r.norm, T)
+				return r.hand[k]
+			}, forward.AttnGated},
+			{func(k, T int) []float32 {
+				s.AttnOut(r.xs[k], r.hand[k], T)
+				s.PostNorm(r.norm, r.xs[k], T)
+				return r.norm
+			}, forward.MLPNorm},
+			{func(k, T int) []float32 {
+				s.PostNorm(r.norm, r.xs[k], T)
+				s.MLPAct(r.hand[k], r.norm, T)
+				return r.hand[k]
+			}, forward.MLPAct},
+			{func(k, T int) []float32 { s.MLPOut(r.xs[k], r.hand[k], T); return nil }, -1},
 		}
-		r.fwd += time.Since(t0)
+		for _, st := range stages {
+			var h *Hessian
+			if st.input >= 0 {
+				h = r.hess[st.input]
+			}
+			if err := r.pass(st.run, h); err != nil {
+				return err
+			}
+			if h != nil {
+				r.mark("pass " + st.input.String())
+				if err := r.solveInput(i, l, st.input); err != nil {
+					return err
+				}
+				r.mark("solved " + st.input.String())
+			}
+		}
 		var mods []*convert.ModuleReport
 		var names []string
 		for _, lm := range layerModules {
@@ -273,6 +312,37 @@ func (r *run) layers() error {
 	return nil
 }
 
+// floatLayer runs layer i with its float weights over every chunk (the
+// measurements' shortcut to a deep layer).
+func (r *run) floatLayer(i int) error {
+	for k, ch := range r.chunks {
+		if _, _, err := r.fm.ForwardLayer(i, r.xs[k], len(ch.IDs), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pass runs one stage over every chunk, adding what it returns to h (if
+// any); its time is forward time.
+func (r *run) pass(run func(k, T int) []float32, h *Hessian) error {
+	t0 := time.Now()
+	defer func() { r.fwd += time.Since(t0) }()
+	for k, ch := range r.chunks {
+		if err := r.j.Context().Err(); err != nil {
+			return err
+		}
+		setPhase("forward")
+		x := run(k, len(ch.IDs))
+		if h != nil {
+			setPhase("hessian")
+			h.Add(x, len(ch.IDs))
+		}
+		r.bar.Add(1)
+	}
+	return nil
+}
+
 // logLayer prints one line per layer when no progress bar is drawn (a
 // log or CI run): the layer's forward and solve time and each module's
 // held-out error, GPTQ against round to nearest.
@@ -287,34 +357,35 @@ func (r *run) logLayer(i int, names []string, mods []*convert.ModuleReport, fwd,
 	fmt.Fprintln(r.c.Log, line)
 }
 
-// solveLayer factors each distinct input's Hessian once and solves the
-// layer's targets, replacing their float32 weights by the dequantized
-// codes for the propagation pass.
-func (r *run) solveLayer(i int, l *forward.Layer) error {
-	var factored forward.Point = -1
+// solveInput solves the targets of layer l that read input p: its
+// Hessian is finished (and smoothed, for SmoothQuant) and factored once,
+// each target solved, and its float32 weights replaced by the dequantized
+// codes for the stages that follow.
+func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
+	h := r.hess[p]
+	factored := false
 	var ferr error
 	for _, lm := range layerModules {
 		src := spark.LayerWeight(i, lm.name)
 		t, ok := r.targets[src]
-		if !ok {
+		if !ok || lm.input != p {
 			continue
 		}
-		h := r.hess[lm.input]
 		t0 := time.Now()
-		if factored != lm.input {
+		if !factored {
 			h.Finish()
 			if r.c.Smooth > 0 {
-				if err := r.smoothInput(i, l, lm.input, h); err != nil {
+				if err := r.smoothInput(i, l, p, h); err != nil {
 					return err
 				}
 			}
 			setPhase("factor")
 			ferr = Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
-			factored = lm.input
+			factored = true
 		}
 		w := weights(l, lm.name)
 		m := quant.F32Matrix(t.N, t.K, *w)
-		res, err := r.module(t, m, h, ferr, lm.input.String(), t0, nil)
+		res, err := r.module(t, m, h, ferr, p.String(), t0, nil)
 		if err != nil {
 			return err
 		}
@@ -349,7 +420,7 @@ func (r *run) headTarget() *convert.Int4Target {
 // 131072 x 2048, so its codes alone are 268 MB.
 func (r *run) head() error {
 	t := r.headTarget()
-	r.hess, r.f = nil, Factor{}
+	r.hess, r.f, r.hand, r.norm = nil, Factor{}, nil, nil
 	r.fm.DropLayers()
 	if t == nil {
 		r.xs = nil
@@ -408,20 +479,10 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 		rep.OutErr, rep.OutErrRTN = errs[0], errs[1]
 		r.mark("heldout")
 	}
-	if ferr == nil && rep.OutErr > rep.OutErrRTN && r.f.Damp < RetryDamp {
-		// Overfitted (a Hessian with barely more rows than channels):
-		// more damping pulls the solve toward round to nearest.
-		setPhase("retry")
-		f := Factor{work: r.f.work} // r.f's float64 scratch is free again
-		if err := Prepare(&f, h.H, h.K, RetryDamp, r.c.ActOrder); err == nil {
-			again := &Result{}
-			if err := solve(again, m, &f, r.grid, done); err != nil {
-				return nil, fmt.Errorf("%s: %w", t.Source, err)
-			}
-			if e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, again)[0]; e < rep.OutErr {
-				rep.Note = fmt.Sprintf("damping %g lost on held-out rows (%.4g against round to nearest's %.4g); solved again at %g", rep.DampPercent, rep.OutErr, rep.OutErrRTN, f.Damp)
-				res, rep.OutErr, rep.DampPercent, rep.DampTries = again, e, f.Damp, rep.DampTries+f.Tries
-			}
+	if ferr == nil && rep.OutErr > rep.OutErrRTN {
+		var err error
+		if res, err = r.retry(t, m, h, res, rep, done); err != nil {
+			return nil, err
 		}
 	}
 	if ferr != nil || rep.OutErr > rep.OutErrRTN {
@@ -452,10 +513,45 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 	return res, nil
 }
 
-// RetryDamp is the damping a module is solved again with when its GPTQ
-// codes at the requested damping lose to round to nearest on held-out
-// rows (before falling back to round to nearest).
-const RetryDamp = 0.1
+// RetryDamps are the dampings a module is solved again with, in turn,
+// while its GPTQ codes at the requested damping lose to round to nearest
+// on held-out rows (an overfitted Hessian, barely more rows than channels:
+// more damping pulls the solve toward round to nearest), before it falls
+// back to round to nearest. 1 is the whole mean diagonal.
+var RetryDamps = []float64{0.1, 1}
+
+// retry solves m again at each of RetryDamps above the damping that lost,
+// until one beats round to nearest; it keeps the best codes seen and says
+// in rep.Note what each damping gave.
+func (r *run) retry(t convert.Int4Target, m quant.Matrix, h *Hessian, res *Result, rep *convert.ModuleReport, done func()) (*Result, error) {
+	setPhase("retry")
+	tried := fmt.Sprintf("%g: %.4g", rep.DampPercent, rep.OutErr)
+	f := Factor{work: r.f.work} // r.f's float64 scratch is free again
+	first, retried := rep.DampPercent, false
+	for _, d := range RetryDamps {
+		if d <= rep.DampPercent || rep.OutErr <= rep.OutErrRTN {
+			continue
+		}
+		if err := Prepare(&f, h.H, h.K, d, r.c.ActOrder); err != nil {
+			continue
+		}
+		again := &Result{}
+		if err := solve(again, m, &f, r.grid, done); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.Source, err)
+		}
+		e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, again)[0]
+		tried += fmt.Sprintf(", %g: %.4g", f.Damp, e)
+		rep.DampTries += f.Tries
+		if e < rep.OutErr {
+			res, rep.OutErr, rep.DampPercent = again, e, f.Damp
+		}
+		retried = true
+	}
+	if retried {
+		rep.Note = fmt.Sprintf("damping %g lost to round to nearest's %.4g on held-out rows; solved again (damping: held-out error) %s", first, rep.OutErrRTN, tried)
+	}
+	return res, nil
+}
 
 // fallback records a module rounded to nearest instead, on stderr and in
 // the report.

@@ -56,7 +56,7 @@ func TestCalibratedGPTQ(t *testing.T) {
 	rep := runGPTQ(t, in, out, &Calibrator{Budget: testBudget}, true)
 	qc := readJSON(t, filepath.Join(out, "config.json"))["quantization_config"].(map[string]any)
 	sum := sha256.Sum256([]byte(fixtures.Corpus))
-	want := map[string]any{"damp_percent": 0.01, "true_sequential": false, "static_groups": false, "desc_act": false}
+	want := map[string]any{"damp_percent": 0.01, "true_sequential": true, "static_groups": false, "desc_act": false}
 	for k, v := range want {
 		if qc[k] != v {
 			t.Errorf("quantization_config.%s = %v, want %v", k, qc[k], v)
@@ -64,7 +64,8 @@ func TestCalibratedGPTQ(t *testing.T) {
 	}
 	meta := qc["meta"].(map[string]any)
 	cal := meta["calibration"].(map[string]any)
-	if meta["method"] != "gptq" || cal["sha256"] != hex.EncodeToString(sum[:]) || cal["tokens"] != float64(testBudget) {
+	if meta["method"] != "gptq" || cal["sha256"] != hex.EncodeToString(sum[:]) || cal["tokens"] != float64(testBudget) ||
+		meta["true_sequential"] != true || !strings.HasPrefix(meta["sequential"].(string), "true sequential") {
 		t.Errorf("meta = %v", meta)
 	}
 	if c := rep.Calibration; c.HessianTokens+c.HeldOutTokens != testBudget || c.HeldOutTokens != testBudget/HoldOut || len(c.Fallbacks) != 0 {
