@@ -95,7 +95,8 @@ func TestMeasureHead(t *testing.T) {
 // it; SPARKCONV_FULL_LAYERS=N layers calibrated from there;
 // SPARKCONV_FULL_TOKENS=T; SPARKCONV_FULL_SAMPLES=FILE instead of the
 // embedded corpus). Per layer: forward and solve time, each module's
-// held-out error GPTQ/RTN and any retry's note. A measurement, skipped
+// held-out error GPTQ/RTN and any retry's note (SPARKCONV_FULL_DAMPS=a,b,..:
+// retry at every one of these dampings). A measurement, skipped
 // without SPARKCONV_FULL; it stops after the solve (the other layers are
 // not solved, so the writer refuses).
 func TestMeasureBudget(t *testing.T) {
@@ -126,6 +127,18 @@ func TestMeasureBudget(t *testing.T) {
 				}
 			}
 		}}
+	if d := os.Getenv("SPARKCONV_FULL_DAMPS"); d != "" { // every one tried
+		defer func(old []float64) { RetryDamps = old }(RetryDamps)
+		RetryDamps = nil
+		for _, f := range strings.Split(d, ",") {
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			RetryDamps = append(RetryDamps, v)
+		}
+		c.retryAll = true
+	}
 	if f := os.Getenv("SPARKCONV_FULL_SAMPLES"); f != "" {
 		c.Files = []string{f}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -311,4 +312,19 @@ func TestNeverWorseThanRTN(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d modules rounded to nearest", rtn, len(rep.Tensors))
+}
+
+// TestShortText: text with fewer tokens than the budget is all used, and
+// the log says so.
+func TestShortText(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	dir := t.TempDir()
+	samples := filepath.Join(dir, "short.txt")
+	os.WriteFile(samples, []byte(strings.Join(strings.Split(fixtures.Corpus, "\n---\n")[:6], "\n---\n")), 0o644)
+	var log strings.Builder
+	rep := runGPTQ(t, in, filepath.Join(dir, "q"), &Calibrator{Files: []string{samples}, Budget: 1 << 20, Log: &log}, false)
+	n := rep.Calibration.Tokens
+	if want := fmt.Sprintf("gives %d tokens, fewer than the budget of %d", n, 1<<20); n <= 0 || !strings.Contains(log.String(), want) {
+		t.Errorf("%d tokens; log %q", n, log.String())
+	}
 }

@@ -85,13 +85,16 @@ const calibHelp = `
 Calibration (default): real GPTQ. The model runs layer by layer on --tokens
 calibration tokens (default 8192, from the corpus built into the binary, or
 --samples FILE, repeatable, in calibrate's formats); each layer's input comes
-from the already-quantized layers before it. One Hessian per distinct linear
-input, --damp of its mean diagonal added (default 0.01; more when it is not
-positive definite); the blocked GPTQ solve picks the codes, group parameters
-taken at each group boundary from the error-updated weights. A module whose
-GPTQ output error on held-out tokens is above round to nearest's is solved
-again at damping 0.1; if it still loses, or its Hessian never factors, it is
-rounded to nearest instead, named on stderr, in the report and the config.
+from the already-quantized layers before it, and inside a layer each linear
+is solved on the output of the quantized ones before it (true sequential:
+q_k_v_proj, o_proj, gate_proj and up_proj, down_proj). One Hessian per
+distinct linear input, --damp of its mean diagonal added (default 0.01; more
+when it is not positive definite); the blocked GPTQ solve picks the codes,
+group parameters taken at each group boundary from the error-updated
+weights. A module whose GPTQ output error on held-out tokens is above round
+to nearest's is solved again at damping 1, then 0.1; if it still loses, or
+its Hessian never factors, it is rounded to nearest instead, named on
+stderr, in the report and the config.
 --rtn skips calibration (round to nearest only).`
 
 // calibFlags are the calibration flags of gptq, w4a16 and w8a8.
