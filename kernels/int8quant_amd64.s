@@ -50,6 +50,18 @@
 	VPMAXUD X1, X0, X0 \
 	VMOVD X0, AX
 
+// HMAXU16 leaves the largest uint16 lane of Y0 in AX (clobbers X1).
+#define HMAXU16 \
+	VEXTRACTI128 $1, Y0, X1 \
+	VPMAXUW X1, X0, X0 \
+	VPSHUFD $0x4e, X0, X1 \
+	VPMAXUW X1, X0, X0 \
+	VPSHUFD $0xb1, X0, X1 \
+	VPMAXUW X1, X0, X0 \
+	VPSRLD $16, X0, X1 \
+	VPMAXUW X1, X0, X0 \
+	VMOVD X0, AX
+
 // func absmaxBF16AVX2(src *uint16, n int) uint16
 // max over i < n of src[i] & 0x7fff; n is a positive multiple of 64.
 TEXT ·absmaxBF16AVX2(SB), NOSPLIT, $0-18
@@ -78,15 +90,7 @@ amloop:
 	VPMAXUW Y1, Y0, Y0
 	VPMAXUW Y3, Y2, Y2
 	VPMAXUW Y2, Y0, Y0
-	VEXTRACTI128 $1, Y0, X1
-	VPMAXUW X1, X0, X0
-	VPSHUFD $0x4e, X0, X1
-	VPMAXUW X1, X0, X0
-	VPSHUFD $0xb1, X0, X1
-	VPMAXUW X1, X0, X0
-	VPSRLD $16, X0, X1
-	VPMAXUW X1, X0, X0
-	VMOVD X0, AX
+	HMAXU16
 	MOVW AX, ret+16(FP)
 	VZEROUPPER
 	RET
@@ -291,15 +295,7 @@ wloop:
 	ADDQ $64, DI
 	DECQ CX
 	JNZ wloop
-	VEXTRACTI128 $1, Y0, X1
-	VPMAXUW X1, X0, X0
-	VPSHUFD $0x4e, X0, X1
-	VPMAXUW X1, X0, X0
-	VPSHUFD $0xb1, X0, X1
-	VPMAXUW X1, X0, X0
-	VPSRLD $16, X0, X1
-	VPMAXUW X1, X0, X0
-	VMOVD X0, AX
+	HMAXU16
 	MOVW AX, ret+24(FP)
 	VZEROUPPER
 	RET
