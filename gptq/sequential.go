@@ -32,9 +32,13 @@ type Calibrator struct {
 	// and logs of long runs).
 	OnLayer func(layer int, mods []*convert.ModuleReport, forward, solve time.Duration)
 
-	layerLimit int             // tests: calibrate only the first layerLimit layers
-	layerFrom  int             // tests: run the layers before it in float, unsolved
-	retryAll   bool            // tests: try every retry damping on every module, not only until one wins
+	layerLimit int  // tests: calibrate only the first layerLimit layers
+	layerFrom  int  // tests: run the layers before it in float, unsolved
+	retryAll   bool // tests: try every retry damping on every module, not only until one wins
+	// tests: called before each stage's pass over the chunks with the
+	// input it produces (-1: the layer's output) and the layer's weights
+	// as the pass reads them.
+	beforePass func(layer int, input forward.Point, l *forward.Layer)
 	trace      func(at string) // tests: called at the head's stages (memory probes)
 }
 
@@ -295,6 +299,9 @@ func (r *run) layers() error {
 			var h *Hessian
 			if st.input >= 0 {
 				h = r.hess[st.input]
+			}
+			if r.c.beforePass != nil {
+				r.c.beforePass(i, st.input, l)
 			}
 			if err := r.pass(st.run, h); err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 	"sparkconv/convert"
 	"sparkconv/fixtures"
 	"sparkconv/fixtures/fixturestest"
+	"sparkconv/forward"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
@@ -326,5 +327,47 @@ func TestShortText(t *testing.T) {
 	n := rep.Calibration.Tokens
 	if want := fmt.Sprintf("gives %d tokens, fewer than the budget of %d", n, 1<<20); n <= 0 || !strings.Contains(log.String(), want) {
 		t.Errorf("%d tokens; log %q", n, log.String())
+	}
+}
+
+// onGrid reports whether every group of gs weights of w holds at most 16
+// distinct values (4-bit codes times one scale), as dequantized codes do
+// and float weights do not.
+func onGrid(w []float32, gs int) bool {
+	for g0 := 0; g0 < len(w); g0 += gs {
+		seen := map[float32]bool{}
+		for _, v := range w[g0 : g0+gs] {
+			seen[v] = true
+		}
+		if len(seen) > 16 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTrueSequential: each stage of a layer runs over the chunks with the
+// linears before it already replaced by their dequantized codes and the
+// ones after it still float: o_proj's input comes from the quantized
+// q_k_v_proj, gate/up's from the quantized o_proj, down_proj's from the
+// quantized gate/up, the next layer's from the quantized down_proj.
+func TestTrueSequential(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	type state struct{ qkv, o, gate, up, down bool }
+	got := map[forward.Point]state{}
+	c := &Calibrator{Budget: testBudget, layerLimit: 1, beforePass: func(i int, p forward.Point, l *forward.Layer) {
+		got[p] = state{onGrid(l.QKV, 64), onGrid(l.O, 64), onGrid(l.Gate, 64), onGrid(l.Up, 64), onGrid(l.Down, 64)}
+	}}
+	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 64, Solver: c}
+	convert.GPTQ(context.Background(), o) // stops at the writer: only layer 0 is solved
+	want := map[forward.Point]state{
+		forward.AttnNorm:  {},
+		forward.AttnGated: {qkv: true},
+		forward.MLPNorm:   {qkv: true, o: true},
+		forward.MLPAct:    {qkv: true, o: true, gate: true, up: true},
+		-1:                {true, true, true, true, true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("weights quantized before each pass: got %+v, want %+v", got, want)
 	}
 }
