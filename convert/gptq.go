@@ -143,6 +143,11 @@ func calMeta(meta map[string]any, cal *Calibration) {
 		fb = append(fb, f.Module+": "+f.Method)
 	}
 	meta["fallbacks"] = fb
+	rd := []string{}
+	for _, d := range cal.Redamped {
+		rd = append(rd, fmt.Sprintf("%s: %g", d.Module, d.DampPercent))
+	}
+	meta["redamped"] = rd
 }
 
 // GPTQParts are the four tensors of one quantized linear W[N, K] with group g:

@@ -67,6 +67,7 @@ type Calibration struct {
 	Sequential     string     `json:"sequential"`
 	SmoothAlpha    float64    `json:"smoothquant_alpha,omitempty"`
 	Fallbacks      []Fallback `json:"fallbacks"`
+	Redamped       []Redamp   `json:"redamped"`
 	ForwardS       float64    `json:"forward_s"`
 	SolveS         float64    `json:"solve_s"`
 	PeakRSSMB      float64    `json:"peak_rss_mb"`
@@ -77,6 +78,15 @@ type Fallback struct {
 	Module string `json:"module"`
 	Method string `json:"method"` // what it got instead
 	Reason string `json:"reason"`
+}
+
+// Redamp is a module whose GPTQ codes were solved with more damping than
+// the requested damp_percent: its Hessian did not factor at the requested
+// damping, or the codes at that damping lost to round to nearest on
+// held-out rows and a more damped solve won.
+type Redamp struct {
+	Module      string  `json:"module"`
+	DampPercent float64 `json:"damp_percent"`
 }
 
 // ModuleReport is one target's calibration record. The output errors are

@@ -197,7 +197,7 @@ func (r *run) prepare() error {
 	}
 	r.cal = &convert.Calibration{Method: "gptq", Sources: sources, SHA256: sum, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
-		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Fallbacks: []convert.Fallback{}}
+		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{}}
 	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1}); err != nil {
 		return err
 	}
@@ -523,6 +523,9 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 			r.fallback(t, rep, fmt.Sprintf("GPTQ's held-out output error %.4g is above round to nearest's %.4g", rep.OutErr, rep.OutErrRTN))
 		}
 		rep.OutErr, res = rep.OutErrRTN, rtn
+	}
+	if rep.Method == "gptq" && rep.DampPercent != r.c.Damp {
+		r.cal.Redamped = append(r.cal.Redamped, convert.Redamp{Module: t.Module, DampPercent: rep.DampPercent})
 	}
 	rep.SolveS = time.Since(t0).Seconds()
 	r.solve += time.Since(t0)

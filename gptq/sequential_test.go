@@ -295,6 +295,7 @@ func TestNeverWorseThanRTN(t *testing.T) {
 	for _, f := range rep.Calibration.Fallbacks {
 		falls[f.Module] = true
 	}
+	more := checkRedamped(t, rep)
 	rtn := 0
 	for _, tr := range rep.Tensors {
 		g := tr.GPTQ
@@ -312,7 +313,7 @@ func TestNeverWorseThanRTN(t *testing.T) {
 			t.Logf("%s: %s", tr.Name, g.Note)
 		}
 	}
-	t.Logf("%d of %d modules rounded to nearest", rtn, len(rep.Tensors))
+	t.Logf("%d of %d modules rounded to nearest, %d solved with more damping", rtn, len(rep.Tensors), more)
 }
 
 // TestShortText: text with fewer tokens than the budget is all used, and
@@ -370,4 +371,64 @@ func TestTrueSequential(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("weights quantized before each pass: got %+v, want %+v", got, want)
 	}
+}
+
+// checkRedamped checks that the calibration's redamped list names exactly
+// the modules whose kept GPTQ codes used more damping than requested, at
+// the damping each used, and returns how many there are.
+func checkRedamped(t *testing.T, rep *convert.Report) int {
+	t.Helper()
+	redamped := map[string]float64{}
+	for _, d := range rep.Calibration.Redamped {
+		redamped[d.Module] = d.DampPercent
+	}
+	for _, tr := range rep.Tensors {
+		g := tr.GPTQ
+		mod := strings.TrimSuffix(tr.Name, ".weight")
+		if tr.Name == "model.embed_tokens.weight" {
+			mod = "lm_head"
+		}
+		d, ok := redamped[mod]
+		if want := g.Method == "gptq" && g.DampPercent != rep.Calibration.DampPercent; ok != want || (ok && d != g.DampPercent) {
+			t.Errorf("%s: method %s at damping %g; the redamped list has it: %v (%g)", tr.Name, g.Method, g.DampPercent, ok, d)
+		}
+	}
+	return len(redamped)
+}
+
+// TestRedamped: modules solved again with more damping (every retry
+// damping tried on every module, the best held-out codes kept) are named
+// with the damping they used in the calibration record, and the config's
+// meta says the same.
+func TestRedamped(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	out := filepath.Join(t.TempDir(), "q")
+	rep := runGPTQ(t, in, out, &Calibrator{Budget: 256, retryAll: true}, false)
+	n := checkRedamped(t, rep)
+	if n == 0 {
+		t.Fatal("no module kept codes solved with more damping: the record is untested")
+	}
+	cfg, err := os.ReadFile(filepath.Join(out, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Q struct {
+			Meta struct {
+				Redamped []string `json:"redamped"`
+			} `json:"meta"`
+		} `json:"quantization_config"`
+	}
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Q.Meta.Redamped) != n {
+		t.Errorf("config meta.redamped %v, want %d entries", c.Q.Meta.Redamped, n)
+	}
+	for k, d := range rep.Calibration.Redamped {
+		if want := fmt.Sprintf("%s: %g", d.Module, d.DampPercent); k >= len(c.Q.Meta.Redamped) || c.Q.Meta.Redamped[k] != want {
+			t.Errorf("meta.redamped[%d] = %v, want %q", k, c.Q.Meta.Redamped, want)
+		}
+	}
+	t.Logf("%d of %d modules solved with more damping: %v", n, len(rep.Tensors), c.Q.Meta.Redamped)
 }
