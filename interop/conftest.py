@@ -127,7 +127,8 @@ def config(folder: pathlib.Path) -> dict:
 
 def report(section: str, **rows):
     """Appends measured figures to $INTEROP_REPORT (a JSON-lines file) so the
-    README rows can be regenerated from a run; printed with -s as well."""
+    interop table of docs/formats.md can be regenerated from a run; printed
+    with -s as well."""
     line = json.dumps({"test": section, **rows}, sort_keys=True)
     print(line)
     dest = os.environ.get("INTEROP_REPORT")

@@ -1,7 +1,7 @@
 """W4A16 (`cpu_int4`) loaded by PyTorch's own CPU int4 kernel.
 
-The loader is the README's snippet, cut out of README.md and run exactly as
-printed. Every quantized linear then runs `_weight_int4pack_mm_for_cpu` and is
+The loader is the snippet of docs/formats.md, cut out of it and run exactly
+as printed. Every quantized linear then runs `_weight_int4pack_mm_for_cpu` and is
 compared with x @ W^T for our dequantization w = (q - 8) * scale + zero, for
 the portable layout and for the layout pre-packed for this CPU
 (`get_cpu_capability()`). A whole model built on the loader runs against
@@ -20,13 +20,13 @@ GROUP = 128
 
 
 def readme_loader():
-    """The README's cpu_int4 loader, executed as printed."""
-    text = (REPO / "README.md").read_text()
+    """The cpu_int4 loader of docs/formats.md, executed as printed."""
+    text = (REPO / "docs" / "formats.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     loaders = [b for b in blocks if "def load_cpu_int4" in b]
-    assert len(loaders) == 1, "README.md must hold exactly one ```python block defining load_cpu_int4"
+    assert len(loaders) == 1, "docs/formats.md must hold exactly one ```python block defining load_cpu_int4"
     ns = {}
-    exec(compile(loaders[0], "README.md (cpu_int4 loader)", "exec"), ns)
+    exec(compile(loaders[0], "docs/formats.md (cpu_int4 loader)", "exec"), ns)
     return ns
 
 

@@ -97,7 +97,7 @@ def test_aimet_computed_encodings_vs_bundle(bundle):
     holds (--observe vs --positions), KV inputs are tied to their outputs,
     Concat inputs to their output and the mask is clipped to --mask-clip, so
     AIMET on the npz alone cannot reproduce them to one step. The figures go
-    to the report (and the README) so a change in either shows.
+    to the report (and docs/formats.md#interop) so a change in either shows.
     """
     need("aimet_onnx")
     onnx = need("onnx")

@@ -27,17 +27,36 @@ var readmeExit = map[string]struct {
 	"--min-top1 0.9": {1, "the gate is set for the real model; the tiny fixture's random weights miss it (the build is still written)"},
 }
 
-// readmeExamples returns the sparkconv command lines of the README's sh
-// blocks: continuations joined, comments and [optional] groups dropped.
+// docPages are the pages whose sh examples TestReadmeExamples runs:
+// README.md and every page of docs/, relative to the repository root.
+func docPages(t *testing.T) []string {
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"../../README.md"}, pages...)
+}
+
+// readmeExamples returns the sparkconv command lines of the sh blocks of
+// README.md and docs/*.md, in that order: continuations joined, comments
+// and [optional] groups dropped.
 func readmeExamples(t *testing.T) []string {
-	f, err := os.Open("../../README.md")
+	var out []string
+	for _, page := range docPages(t) {
+		out = pageExamples(t, page, out)
+	}
+	return out
+}
+
+// pageExamples appends the examples of one page to out.
+func pageExamples(t *testing.T, page string, out []string) []string {
+	f, err := os.Open(page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
 	optional := regexp.MustCompile(`\s*\[[^\]]*\]`)
 	comment := regexp.MustCompile(`\s+#.*$`)
-	var out []string
 	in, cont := false, ""
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -63,16 +82,19 @@ func readmeExamples(t *testing.T) []string {
 			out = append(out, line) // a repeated example runs once
 		}
 	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
-// TestReadmeExamples runs every example of the README as written, in the
-// repository root, with /tmp/ moved into a temporary folder and the
-// binary under test first on PATH. Examples that read what another
-// example writes are retried after the others.
+// TestReadmeExamples runs every example of README.md and docs/*.md as
+// written, in the repository root, with /tmp/ moved into a temporary
+// folder and the binary under test first on PATH. Examples that read what
+// another example writes are retried after the others.
 func TestReadmeExamples(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs every README example on the tiny fixture")
+		t.Skip("runs every example of README.md and docs/ on the tiny fixture")
 	}
 	tmp := t.TempDir()
 	pending := readmeExamples(t)
@@ -111,11 +133,11 @@ func TestReadmeExamples(t *testing.T) {
 		}
 		if len(again) == len(pending) || pass == 2 {
 			for _, ex := range again {
-				t.Errorf("README example fails: %s\n%s", ex, failures[ex])
+				t.Errorf("example fails: %s\n%s", ex, failures[ex])
 			}
 			break
 		}
 		pending = again
 	}
-	t.Logf("%d README examples ran", ran)
+	t.Logf("%d examples of README.md and docs/ ran", ran)
 }
