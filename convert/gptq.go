@@ -2,7 +2,7 @@ package convert
 
 // GPTQ-format 4-bit checkpoints (quant_method "gptq", checkpoint_format
 // "gptq", v1 zero convention, sym=true) for vLLM's CPU W4A8 kernel
-// (int4_scaled_mm_cpu, AMX), as outputs.md and formats.md section 1 describe
+// (int4_scaled_mm_cpu, AMX), as docs/formats.md#gptq-w4a8 describes
 // them: the refusals of shapes vLLM's CPU path cannot load, the
 // quantization_config, the four tensors of each quantized linear (qweight,
 // qzeros, scales, g_idx) and the untied quantized head. The grid (quant.Sym4:
@@ -226,7 +226,7 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 }
 
 // gptqReader reads a GPTQ v1 4-bit checkpoint back as vLLM's CPU path runs
-// it (formats.md 1.6): w = (q - 8) * scale per group (vLLM ignores qzeros
+// it (docs/formats.md#vllms-cpu-path): w = (q - 8) * scale per group (vLLM ignores qzeros
 // and pins the zero at 8, so the reader refuses qzeros that say anything
 // else), g_idx = k / g (desc_act false). A bf16 model runs the W4A8 kernel
 // int4_scaled_mm_cpu, whose input is quantized to int8 per token by

@@ -16,7 +16,7 @@ import (
 	"sparkconv/spark"
 )
 
-// The decoder below is written from formats.md section 1 (GPTQ v1), not
+// The decoder below is written from docs/formats.md#gptq-tensors-and-packing (GPTQ v1), not
 // from the packers: it checks the files.
 
 // decF16 decodes an IEEE binary16 value: 1 sign, 5 exponent (bias 15), 10
@@ -103,7 +103,7 @@ func readGPTQ(t *testing.T, ck *safetensors.Checkpoint, module string, n, k, g i
 	return l
 }
 
-// plainSNR is GPTQ's symmetric absmax rule written from formats.md 1.3:
+// plainSNR is GPTQ's symmetric absmax rule written from docs/formats.md#gptq-zero-points-and-grid:
 // scale = fp16(2*amax/15) per group (an all-zero group uses 2/15),
 // q = clamp(round(w/scale) + 8, 0, 15), w' = (q - 8)*scale.
 func plainSNR(w []float64, n, k, g int) float64 {

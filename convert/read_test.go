@@ -40,7 +40,7 @@ func dequant(t *testing.T, w forward.Weights, name string, n, k int) ([]float32,
 }
 
 // TestReadW8A8 checks the W8A8 reader against the test's own decoding of
-// the file (code * scale, from formats.md section 2), value for value.
+// the file (code * scale, from docs/formats.md#w8a8), value for value.
 func TestReadW8A8(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w8a8")

@@ -67,7 +67,7 @@ func (o W4A16Options) W4A16Chooser() CodeChooser {
 // kernel cannot take: K a multiple of the group size (and so even), N a
 // multiple of 16 (_convert_weight_to_int4pack_for_cpu checks N % 16 == 0).
 // With --pack avx512 a last block of 16, 32 or 48 channels is fine: the
-// kernel packs it as adjacent pairs (formats.md 3.2), and so do we.
+// kernel packs it as adjacent pairs (docs/formats.md#tinygemm-layout), and so do we.
 func CheckW4A16Model(cfg *spark.Config, o W4A16Options) error {
 	return CheckInt4Targets("torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu)", Int4Targets(cfg, o.QuantHead), func(t Int4Target) []string {
 		var why []string

@@ -20,8 +20,8 @@ import (
 	"sparkconv/spark"
 )
 
-// The decoders below are written from formats.md section 3 and the README's
-// cpu_int4 description, not from the packers: they check the files.
+// The decoders below are written from docs/formats.md#w4a16-tinygemm (the
+// cpu_int4 tensors, the kernel's layout and its scales and zeros), not from the packers: they check the files.
 
 // w4Linear is one decoded tinygemm linear.
 type w4Linear struct {
@@ -242,7 +242,7 @@ func bf16Bytes(f float32) []byte {
 	return []byte{byte(u), byte(u >> 8)}
 }
 
-// kernelBytes lays out codes [n, k] as formats.md 3.2 states the kernel
+// kernelBytes lays out codes [n, k] as docs/formats.md#tinygemm-layout states the kernel
 // does: blocks of blockN channels, [K][blockN/2] bytes each; AVX-512 full
 // block: bytes d = 0..15 hold (w[d+32] << 4) | w[d], bytes 16+d hold
 // (w[d+48] << 4) | w[d+16]; AVX2 full block: byte d = (w[d+16] << 4) | w[d];
@@ -312,7 +312,7 @@ func TestW4A16KernelPacks(t *testing.T) {
 			_, got, _ := ck.Raw(tg.Module + ".qweight")
 			bn := map[string]int{"avx512": 64, "avx2": 32}[p]
 			if want := kernelBytes(l.codes, tg.N, tg.K, bn); string(got) != string(want) {
-				t.Errorf("%s %s.qweight: %d bytes differ from formats.md's layout", p, tg.Module, countDiff(got, want))
+				t.Errorf("%s %s.qweight: %d bytes differ from the kernel's layout", p, tg.Module, countDiff(got, want))
 			}
 		}
 		ck.Close()

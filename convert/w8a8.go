@@ -16,7 +16,7 @@ import (
 )
 
 // W8A8Config is the quantization_config of a compressed-tensors int8
-// checkpoint (formats.md 2.1-2.2): weights int8 symmetric per-channel
+// checkpoint (docs/formats.md#w8a8): weights int8 symmetric per-channel
 // static, input activations int8 symmetric per-token dynamic, one group
 // targeting Linear, g_proj and lm_head ignored.
 func W8A8Config() map[string]any {

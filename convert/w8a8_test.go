@@ -18,8 +18,8 @@ import (
 	"sparkconv/spark"
 )
 
-// TestW8A8Independent decodes the written checkpoint from formats.md
-// section 2 alone and checks it against the input and the report.
+// TestW8A8Independent decodes the written checkpoint from docs/formats.md#w8a8
+// alone and checks it against the input and the report.
 func TestW8A8Independent(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w8a8")

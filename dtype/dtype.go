@@ -3,7 +3,7 @@
 //
 // bf16 -> f32 is exact (a shift). f32 -> bf16 rounds to nearest even and
 // quiets NaNs, as PyTorch does. fp16 conversions use github.com/x448/float16,
-// which matched the hardware on all 2^32 float32 inputs (go-notes.md).
+// which matches the hardware conversion on all 2^32 float32 inputs.
 package dtype
 
 import (

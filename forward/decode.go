@@ -9,7 +9,7 @@ import (
 )
 
 // Layout is how a layer's KV cache is updated between decode steps
-// (shared/spec/onnx-decode-step.md).
+// (docs/formats.md#onnx-decode-step).
 type Layout int
 
 // The two cache layouts of the ONNX export contract.

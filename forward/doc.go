@@ -1,14 +1,13 @@
 // Package forward is the float32 reference forward of Spark-X2.5, exactly
-// as "One layer, exactly" in shared/spec/spark-x2.5.md: bf16 weights are
-// widened to float32 exactly (inside the kernels) and every activation is
-// float32 (reductions of
-// RMSNorm and softmax, GELU, sigmoid and the RoPE angles in float64).
+// as docs/model.md#one-layer states it: bf16 weights are widened to float32
+// exactly (inside the kernels) and every activation is float32 (reductions
+// of RMSNorm and softmax, GELU, sigmoid and the RoPE angles in float64).
 //
 // It owns:
 //   - prefill over a token sequence (Model.Prefill), giving the logits at
 //     every position and, on request, every layer's input, post-RoPE keys,
 //     values, the last residual and the final norm: the tensors of
-//     shared/golden/*/expected.safetensors, under the same names
+//     testdata/golden/*/expected.safetensors, under the same names
 //     (Result.Tensors);
 //   - one layer of the prefill on its own (Model.ForwardLayer), with an
 //     Observer that sees every intermediate tensor: calibration runs a corpus
@@ -16,9 +15,9 @@
 //     Stages (input norm, attention, o_proj, post norm, GEGLU, down_proj)
 //     that ForwardLayer composes, for a caller that runs one stage over
 //     every chunk before the next (GPTQ's true-sequential calibration);
-//   - the decode step of the ONNX export contract (shared/spec/
-//     onnx-decode-step.md): one token through one layer against an explicit
-//     KV cache in the contract's layouts (Model.DecodeLayer, LayerCache with
+//   - the decode step of the ONNX export contract
+//     (docs/formats.md#onnx-decode-step): one token through one layer
+//     against an explicit KV cache in the contract's layouts (Model.DecodeLayer, LayerCache with
 //     Ring and Roll layouts), the RoPE inputs of a layer graph (Model.RoPE),
 //     and a whole-model token-by-token Decoder on top;
 //   - Compare, the SNR / max-error measure the tests and verifiers use.

@@ -104,7 +104,7 @@ func (m *Model) observedLogits(fn []float32, T int, obs Observer) ([]float32, er
 }
 
 // Tensors returns the result under the names, shapes and meaning of
-// shared/golden/*/expected.safetensors: input_ids I64 [T], logits [T, V],
+// testdata/golden/*/expected.safetensors: input_ids I64 [T], logits [T, V],
 // hidden_in.{i} [T, H], key.{i} and value.{i} [T, KV, D], hidden_out and
 // final_norm [T, H], all F32. Tensors not computed are left out.
 func (r *Result) Tensors(m *Model, ids []int) []safetensors.Tensor {

@@ -1,5 +1,5 @@
 // Package gptq owns the GPTQ algorithm (Frantar et al., the blocked solve
-// of IST-DASLab's gptq.py, formats.md 1.7) on sparkconv's own kernels, and
+// of IST-DASLab's gptq.py, docs/calibration.md#the-solve) on sparkconv's own kernels, and
 // the calibrated, layer-by-layer conversion that feeds it:
 //
 //   - hessian.go: one accumulator per distinct linear input (H = X^T X in

@@ -10,8 +10,8 @@ import (
 	"sparkconv/spark"
 )
 
-// SmoothQuant before W8A8 (llm-compressor's SmoothQuantModifier, as
-// calibrated.md describes it): per input channel j of a normed input,
+// SmoothQuant before W8A8 (llm-compressor's SmoothQuantModifier,
+// docs/formats.md#w8a8): per input channel j of a normed input,
 // s_j = max|X_j|^alpha / max|W_:,j|^(1-alpha) over every linear reading it
 // (clamped to >= 1e-5); X is divided by s, folded into the norm's weight,
 // and those linears' weights are multiplied by s. g_proj reads the same

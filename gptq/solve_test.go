@@ -12,7 +12,7 @@ import (
 	"sparkconv/quant"
 )
 
-// refGPTQ is GPTQ written plainly from formats.md 1.7, in float64, column by
+// refGPTQ is GPTQ written plainly from docs/calibration.md#the-solve, in float64, column by
 // column with no blocking and no lazy updates: H^-1 by Gauss-Jordan, its
 // upper Cholesky factor, then for every column: parameters at a group
 // boundary (from the updated weights, or up front with act-order), the

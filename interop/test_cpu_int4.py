@@ -21,7 +21,7 @@ GROUP = 128
 
 def readme_loader():
     """The cpu_int4 loader of docs/formats.md, executed as printed."""
-    text = (REPO / "docs" / "formats.md").read_text()
+    text = (REPO / "docs/formats.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     loaders = [b for b in blocks if "def load_cpu_int4" in b]
     assert len(loaders) == 1, "docs/formats.md must hold exactly one ```python block defining load_cpu_int4"

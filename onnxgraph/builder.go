@@ -10,7 +10,7 @@ import (
 )
 
 // Opset and IRVersion are what every graph declares: opset 17 needs IR 8,
-// and AI Hub's checker accepts IR <= 11 (qnn.md 1.4, 5.1).
+// and AI Hub's checker accepts IR <= 11 (docs/qnn.md#ir-version-and-opset).
 const (
 	Opset     = 17
 	IRVersion = 8

@@ -55,7 +55,7 @@ func tensor(name string, dt string, shape ...int64) TensorSpec {
 	return TensorSpec{Name: name, Shape: shape, DType: dt}
 }
 
-// TestManifestContract pins the manifest against onnx-decode-step.md for
+// TestManifestContract pins the manifest against docs/formats.md#onnx-decode-step for
 // the mini model (H 128, V 512, KV 2, D 32, window 8, sssf sssf).
 func TestManifestContract(t *testing.T) {
 	dir := export(t, tiedDir, ExportOptions{Context: 32})

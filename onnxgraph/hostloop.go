@@ -7,7 +7,7 @@ import (
 )
 
 // This file is the runtime side of the decode-step contract
-// (onnx-decode-step.md, "What a runtime does per token"): the caches as a
+// (docs/formats.md#onnx-decode-step, "What a runtime does per token"): the caches as a
 // runtime holds them, the rope inputs and the masks it builds, the feeds
 // it passes and how it stores what a graph returns. ONNX Runtime (ortrun),
 // the bundle's calibration capture (qnn) and tests share it, so every

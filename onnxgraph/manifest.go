@@ -103,7 +103,7 @@ func (g *GraphEntry) LayerInfos() []LayerInfo {
 	return g.Layers
 }
 
-// Manifest is manifest.json (shared/spec/onnx-decode-step.md).
+// Manifest is manifest.json (docs/formats.md#manifestjson).
 type Manifest struct {
 	Format      string                     `json:"format"`
 	Version     int                        `json:"version"`

@@ -3,7 +3,7 @@ package onnxgraph
 import "math"
 
 // The op patterns below are written exactly as QNN's converter and ORT's
-// QNN EP match them (qnn.md section 3); changing their shape breaks fusion.
+// QNN EP match them (docs/qnn.md#what-htps-converter-accepts); changing their shape breaks fusion.
 
 // The pattern helpers name their result out ("" invents a name) and their
 // interior values after it (out/Pow_0, ...), so a pattern's values share

@@ -25,7 +25,8 @@ import (
 const MaxProtoSize = math.MaxInt32
 
 // ExternalAlign is the alignment of every tensor's offset in an external
-// data file (docs/ExternalData.md: a multiple of 4096 so it can be mmapped).
+// data file (ONNX's external-data rules ask for a multiple of 4096, so a
+// loader can mmap it).
 const ExternalAlign = 4096
 
 // Data is an initializer's raw bytes, streamed from wherever they live (a

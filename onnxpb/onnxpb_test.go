@@ -9,7 +9,7 @@ import (
 )
 
 // wire builds protobuf bytes by hand with the field numbers of upstream
-// onnx/onnx.proto (qnn.md section 5.2), independently of the generated code.
+// onnx/onnx.proto (docs/qnn.md#onnx-protobuf-field-numbers), independently of the generated code.
 type wire []byte
 
 func (w wire) varint(num protowire.Number, v uint64) wire {

@@ -16,7 +16,7 @@ import (
 )
 
 // The bundle's layout (what AI Hub's upload_model of a .aimet folder and
-// submit_quantize_job take, qnn.md 1.5 and 1.7):
+// submit_quantize_job take, docs/qnn.md#the-bundle):
 //
 //	<out>/<graph>.aimet/<graph>.onnx        the float graph, byte for byte the export's
 //	<out>/<graph>.aimet/<graph>.encodings   AIMET 1.0.0 encodings

@@ -14,7 +14,7 @@ import (
 
 // EncodingsVersion is the AIMET encodings format the bundle writes: 1.0.0,
 // what qai-hub-models forces and what the QAIRT converter reads as lists
-// with names (qnn.md 2.2, 2.4).
+// with names (docs/qnn.md#encodings).
 const EncodingsVersion = "1.0.0"
 
 // Encoding is one AIMET 1.0.0 entry: the quantization grid of one tensor.
@@ -23,7 +23,7 @@ const EncodingsVersion = "1.0.0"
 // per-channel ones one per output channel.
 type Encoding struct {
 	Name    string    `json:"name"`
-	DType   string    `json:"dtype"`    // always "INT": the converter treats anything else as float (qnn.md 2.4)
+	DType   string    `json:"dtype"`    // always "INT": the converter treats anything else as float (docs/qnn.md#encodings)
 	EncType string    `json:"enc_type"` // PER_TENSOR or PER_CHANNEL
 	BW      int       `json:"bw"`
 	IsSym   bool      `json:"is_sym"`
@@ -58,7 +58,7 @@ const (
 )
 
 // AsymmetricEncoding is aimet's calculate_delta_offset for an asymmetric
-// grid of bw bits over [min, max] (qnn.md 2.5): the range is first widened
+// grid of bw bits over [min, max] (docs/qnn.md#encoding-grids): the range is first widened
 // to hold 0 (and to at least 0.01 wide), delta = (max - min) / (2^bw - 1),
 // offset = round(min / delta). 0 is then exactly on the grid.
 func AsymmetricEncoding(name string, bw int, lo, hi float64) Encoding {
@@ -125,7 +125,7 @@ func (e Encoding) Renamed(name string) Encoding {
 }
 
 // Problems lists what the QAIRT converter refuses or HTP cannot run in e
-// (qnn.md 2.4): dtype not "INT" (then it is treated as float), bit widths
+// (docs/qnn.md#encodings): dtype not "INT" (then it is treated as float), bit widths
 // other than 8 and 16 for activations or 4, 8, 16 for params, a missing or
 // non-positive scale, scale and offset of different lengths, a per-channel
 // or symmetric entry whose offset is not -2^(bw-1) (or -2^(bw-1)+1).

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestEncodingFormulas checks the grids against qnn.md 2.5's formulas and
+// TestEncodingFormulas checks the grids against docs/qnn.md#encoding-grids's formulas and
 // the examples of 2.6 (computed there independently).
 func TestEncodingFormulas(t *testing.T) {
 	a := AsymmetricEncoding("/layer0/attn/out", 16, -2, 6)

@@ -10,7 +10,7 @@ import (
 
 // Severity grades a finding: an error stops conversion or quantisation on
 // QNN HTP; a warning is a form QNN is documented to accept but this
-// project's contract (onnx-decode-step.md) avoids, or a check the lint could
+// project's contract (docs/formats.md#onnx-decode-step) avoids, or a check the lint could
 // not complete.
 type Severity string
 
@@ -57,31 +57,31 @@ type Rule struct {
 
 var ruleTable = []Rule{
 	{"no-graph", Error, "the model has no graph", "onnx.proto"},
-	{"value-redefined", Error, "a value defined twice: two nodes write it, or a node writes a graph input or initializer", "qnn.md 5.4 (SSA)"},
-	{"input-undefined", Error, "a node reads a value that no graph input, initializer or node defines", "qnn.md 5.4"},
-	{"graph-cycle", Error, "nodes that read each other's outputs in a cycle", "qnn.md 5.4"},
-	{"not-topological", Error, "a node reads a value that a later node writes (the graph is not topologically sorted)", "qnn.md 5.4"},
-	{"output-not-produced", Error, "a graph output that nothing produces", "qnn.md 5.4"},
-	{"ir-version-missing", Error, "ir_version is unset (ONNX Runtime and onnx.checker refuse the model)", "qnn.md 5.4, go-notes.md"},
-	{"ir-version-too-new", Error, "ir_version above 11: AI Hub's checker (onnx <= 1.18) rejects it", "qnn.md 1.4, 5.1"},
-	{"opset-missing", Error, "no default-domain opset_import", "qnn.md 5.4"},
-	{"opset-too-new", Error, "default-domain opset above 23, which needs IR > 11", "qnn.md 5.1"},
-	{"unsupported-op", Error, "op without a QAIRT converter translation (see Ops) or in a non-default domain", "qnn.md 3.1"},
-	{"erf-outside-gelu", Error, "Erf that is not part of the exact-GELU pattern QNN fuses into Gelu", "qnn.md 3.2"},
-	{"erf-gelu-variant", Warning, "exact GELU written as Mul(x, 1/sqrt2) -> Erf: the converter matches it, ORT's QNN EP does not", "qnn.md 3.2"},
-	{"rmsnorm-pattern", Error, "RMSNorm that is not Pow(x,2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(x, .) -> Mul(weight)", "qnn.md 3.4, onnx-decode-step.md"},
-	{"softmax-axis", Error, "Softmax over an axis other than the last", "qnn.md 3.3"},
-	{"isnan-guard", Error, "Where(IsNaN(x), 0, x) guard (sparkconv sanitize removes it)", "qnn.md 3.6"},
-	{"isnan", Error, "IsNaN outside a removable guard", "qnn.md 3.6"},
-	{"reshape-allowzero", Error, "Reshape with allowzero=1: the converter rejects it whatever the shape", "qnn.md 3.6"},
-	{"scalar-axes", Error, "axes input that is not a 1-D tensor (rank 0 from the dynamo exporter)", "qnn.md 3.6"},
+	{"value-redefined", Error, "a value defined twice: two nodes write it, or a node writes a graph input or initializer", "docs/qnn.md#what-onnxchecker-enforces (SSA)"},
+	{"input-undefined", Error, "a node reads a value that no graph input, initializer or node defines", "docs/qnn.md#what-onnxchecker-enforces"},
+	{"graph-cycle", Error, "nodes that read each other's outputs in a cycle", "docs/qnn.md#what-onnxchecker-enforces"},
+	{"not-topological", Error, "a node reads a value that a later node writes (the graph is not topologically sorted)", "docs/qnn.md#what-onnxchecker-enforces"},
+	{"output-not-produced", Error, "a graph output that nothing produces", "docs/qnn.md#what-onnxchecker-enforces"},
+	{"ir-version-missing", Error, "ir_version is unset (ONNX Runtime and onnx.checker refuse the model)", "docs/qnn.md#what-onnxchecker-enforces"},
+	{"ir-version-too-new", Error, "ir_version above 11: AI Hub's checker (onnx <= 1.18) rejects it", "docs/qnn.md#ir-version-and-opset"},
+	{"opset-missing", Error, "no default-domain opset_import", "docs/qnn.md#what-onnxchecker-enforces"},
+	{"opset-too-new", Error, "default-domain opset above 23, which needs IR > 11", "docs/qnn.md#ir-version-and-opset"},
+	{"unsupported-op", Error, "op without a QAIRT converter translation (see Ops) or in a non-default domain", "docs/qnn.md#converter-op-table"},
+	{"erf-outside-gelu", Error, "Erf that is not part of the exact-GELU pattern QNN fuses into Gelu", "docs/qnn.md#exact-gelu"},
+	{"erf-gelu-variant", Warning, "exact GELU written as Mul(x, 1/sqrt2) -> Erf: the converter matches it, ORT's QNN EP does not", "docs/qnn.md#exact-gelu"},
+	{"rmsnorm-pattern", Error, "RMSNorm that is not Pow(x,2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(x, .) -> Mul(weight)", "docs/qnn.md#rmsnorm, docs/formats.md#onnx-decode-step"},
+	{"softmax-axis", Error, "Softmax over an axis other than the last", "docs/qnn.md#softmax-axis"},
+	{"isnan-guard", Error, "Where(IsNaN(x), 0, x) guard (sparkconv sanitize removes it)", "docs/qnn.md#known-converter-failures"},
+	{"isnan", Error, "IsNaN outside a removable guard", "docs/qnn.md#known-converter-failures"},
+	{"reshape-allowzero", Error, "Reshape with allowzero=1: the converter rejects it whatever the shape", "docs/qnn.md#known-converter-failures"},
+	{"scalar-axes", Error, "axes input that is not a 1-D tensor (rank 0 from the dynamo exporter)", "docs/qnn.md#known-converter-failures"},
 	{"axes-not-constant", Error, "axes input that is not a constant: the converter needs static axes", "converter Squeeze/Unsqueeze/Reduce translations"},
-	{"shape-not-constant", Error, "Reshape/Expand shape input that is not a constant", "qnn.md 3.6"},
-	{"dynamic-shape", Error, "graph input or output without a fully static shape", "qnn.md 3.6"},
-	{"bool-mask", Error, "boolean tensor: BOOL input/output/initializer, Cast to bool, comparison feeding Where", "onnx-decode-step.md"},
-	{"explicit-softmax", Error, "softmax written as Exp -> ReduceSum -> Div (optionally after ReduceMax -> Sub)", "onnx-decode-step.md"},
-	{"broadcast-mul-reducesum", Error, "product written as broadcasting Mul followed by ReduceSum instead of MatMul", "onnx-decode-step.md"},
-	{"matmul-batch", Error, "MatMul whose operands' batch dims differ (broadcast), or whose inner dims disagree", "onnx-decode-step.md, qnn.md 3.5"},
+	{"shape-not-constant", Error, "Reshape/Expand shape input that is not a constant", "docs/qnn.md#known-converter-failures"},
+	{"dynamic-shape", Error, "graph input or output without a fully static shape", "docs/qnn.md#known-converter-failures"},
+	{"bool-mask", Error, "boolean tensor: BOOL input/output/initializer, Cast to bool, comparison feeding Where", "docs/formats.md#onnx-decode-step"},
+	{"explicit-softmax", Error, "softmax written as Exp -> ReduceSum -> Div (optionally after ReduceMax -> Sub)", "docs/formats.md#onnx-decode-step"},
+	{"broadcast-mul-reducesum", Error, "product written as broadcasting Mul followed by ReduceSum instead of MatMul", "docs/formats.md#onnx-decode-step"},
+	{"matmul-batch", Error, "MatMul whose operands' batch dims differ (broadcast), or whose inner dims disagree", "docs/formats.md#onnx-decode-step, docs/qnn.md#matmul-broadcasting"},
 }
 
 // Rules returns the checks Lint runs.

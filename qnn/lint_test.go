@@ -30,7 +30,7 @@ func (b *tb) gelu(x string) string {
 	return b.op("Mul", []string{b.op("Mul", []string{x, a}), b.f32(x+"_half", []int64{}, 0.5)})
 }
 
-// cleanLayer is a decode step written the way onnx-decode-step.md asks:
+// cleanLayer is a decode step written the way docs/formats.md#onnx-decode-step asks:
 // RMSNorm pattern, query reshaped to [1,KV,.,D], transposed key cache,
 // MatMul with matching batch dims, one Softmax on the last axis, exact GELU.
 func cleanLayer() *tb {

@@ -19,7 +19,7 @@ type OpSupport struct {
 // Sources of the table. The converter files are an unofficial public upload
 // of QAIRT's qti.aisw.converters (exact SDK version unknown, "Confidential
 // and Proprietary" headers), repository zhiyuan8/qnn, read at commit
-// b590869b05f24f299dbede66514ed6e8c95aec70 (2025-03-31), as qnn.md 3.1 and
+// b590869b05f24f299dbede66514ed6e8c95aec70 (2025-03-31), as docs/qnn.md#converter-op-table and
 // its snapshot table describe. Notes quote Qualcomm's "Supported ONNX Ops"
 // page (docs.qualcomm.com 80-63442-10) or the converter code.
 const (
@@ -158,19 +158,19 @@ var opTable = []OpSupport{
 // excludedOps are ops people meet in LLM exports that have no converter
 // translation in the snapshot: why, and what to write instead.
 var excludedOps = map[string]struct{ why, fix string }{
-	"IsNaN": {"absent from the Mar-2025 converter snapshot; QNN EP takes float32/float16 only (qnn.md 3.6)",
+	"IsNaN": {"absent from the Mar-2025 converter snapshot; QNN EP takes float32/float16 only (docs/qnn.md#known-converter-failures)",
 		"drop the NaN check (sparkconv sanitize removes Where(IsNaN(x), 0, x) guards)"},
-	"IsInf": {"absent from the Mar-2025 converter snapshot (qnn.md 3.1)", "drop the check; keep masks finite"},
-	"RMSNormalization": {"ONNX-23 op absent from the converter snapshot (QNN EP has it) (qnn.md 3.4)",
+	"IsInf": {"absent from the Mar-2025 converter snapshot (docs/qnn.md#converter-op-table)", "drop the check; keep masks finite"},
+	"RMSNormalization": {"ONNX-23 op absent from the converter snapshot (QNN EP has it) (docs/qnn.md#rmsnorm)",
 		"write Pow(x,2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(x, .) -> Mul(weight)"},
-	"SimplifiedLayerNormalization": {"ONNX Runtime contrib op, unknown to onnx.checker and the converter (qnn.md 3.4, 4)",
+	"SimplifiedLayerNormalization": {"ONNX Runtime contrib op, unknown to onnx.checker and the converter (docs/qnn.md#rmsnorm, docs/qnn.md#converter-op-table)",
 		"write Pow(x,2) -> ReduceMean(last axis) -> Add(eps) -> Sqrt -> Div(x, .) -> Mul(weight)"},
-	"RotaryEmbedding": {"no converter translation (qnn.md 3.1)", "write rotate_half with Split, Mul, Sub, Add and Concat"},
-	"Attention":       {"no converter translation (qnn.md 3.1)", "write MatMul -> Softmax(last axis) -> MatMul"},
-	"If": {"control flow: the converter only folds it or turns it into Select, QNN EP rejects it (qnn.md 3.6)",
+	"RotaryEmbedding": {"no converter translation (docs/qnn.md#converter-op-table)", "write rotate_half with Split, Mul, Sub, Add and Concat"},
+	"Attention":       {"no converter translation (docs/qnn.md#converter-op-table)", "write MatMul -> Softmax(last axis) -> MatMul"},
+	"If": {"control flow: the converter only folds it or turns it into Select, QNN EP rejects it (docs/qnn.md#known-converter-failures)",
 		"export one graph per branch; a decode step needs no control flow"},
-	"Loop": {"control flow is not supported (qnn.md 3.6)", "unroll it at export time"},
-	"Scan": {"control flow is not supported (qnn.md 3.6)", "unroll it at export time"},
+	"Loop": {"control flow is not supported (docs/qnn.md#known-converter-failures)", "unroll it at export time"},
+	"Scan": {"control flow is not supported (docs/qnn.md#known-converter-failures)", "unroll it at export time"},
 }
 
 var opIndex = func() map[string]*OpSupport {

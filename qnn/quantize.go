@@ -16,7 +16,7 @@ type Precision struct {
 }
 
 // Precisions are the recipes qnn-bundle writes (qai-hub-models' Precision
-// names, qnn.md 1.7).
+// names, docs/qnn.md#the-way-to-the-phone).
 var Precisions = []Precision{{"w8a16", 8, 16}, {"w16a16", 16, 16}, {"w8a8", 8, 8}}
 
 // ParsePrecision returns the named recipe.
@@ -32,7 +32,7 @@ func ParsePrecision(s string) (Precision, error) {
 }
 
 // MaskClip is the low end of the attention mask's encoding: qai-hub-models'
-// attention_mask_min_clip for 16-bit activations (qnn.md 1.3). The
+// attention_mask_min_clip for 16-bit activations (docs/qnn.md#the-attention-mask). The
 // runtime's mask_value (-1e4) saturates to it at the input quantizer;
 // exp(-50) ~ 2e-22, so a masked slot stays hidden, while a grid over
 // [mask_value, 0] would spend the 16 bits on a range no real score uses.

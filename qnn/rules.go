@@ -20,7 +20,7 @@ const (
 // matchGELU checks the Erf node e against the exact-GELU pattern.
 //
 // Accepted without a finding (what ORT's QNN EP GeluFusion fuses, a subset
-// of the converter's match_gelu sequences, qnn.md 3.2):
+// of the converter's match_gelu sequences, docs/qnn.md#exact-gelu):
 //
 //	d = Div(x, c)            c a one-element constant ~ sqrt(2); x must be Div's first input
 //	e = Erf(d)

@@ -6,7 +6,7 @@ import (
 )
 
 // checkTopology checks the graph is a graph (onnx.checker's check_graph,
-// qnn.md 5.4): every value defined once, every node input defined by a
+// docs/qnn.md#what-onnxchecker-enforces): every value defined once, every node input defined by a
 // graph input, an initializer or a node, no cycle, the nodes in
 // topological order, every graph output produced. Each finding names the
 // node that is wrong.

@@ -7,7 +7,7 @@ import (
 
 // GPTQ v1 (checkpoint_format "gptq", bits 4) tensors of one linear W[N, K]
 // with group size g, all little-endian as safetensors stores them
-// (formats.md §1.1-1.3):
+// (docs/formats.md#gptq-tensors-and-packing):
 //
 //	qweight int32 [K/8, N]   nibble j of word [r, n] = code of (k = 8r+j, n)
 //	qzeros  int32 [K/g, N/8] nibble j of word [G, c] = zero(G, 8c+j) - 1

@@ -127,7 +127,7 @@ func TestTinygemmPortableExample(t *testing.T) {
 	}
 }
 
-// torchPack transcribes weight_to_int4pack_kernel (formats.md §3.2) loop
+// torchPack transcribes weight_to_int4pack_kernel (docs/formats.md#tinygemm-layout) loop
 // for loop: the independent reference for the kernel layouts.
 func torchPack(w []uint8, n, k int, layout KernelLayout) []byte {
 	blockN := 64

@@ -8,7 +8,7 @@ import (
 )
 
 // Tinygemm (torch _weight_int4pack_mm_for_cpu) layouts of codes [N, K],
-// formats.md §3.2-3.3.
+// docs/formats.md#tinygemm-layout.
 //
 // The portable layout (sparkconv's "cpu_int4" qweight) is uint8 [N, K/2]:
 // byte j of row n holds k = 2j in its low nibble and k = 2j+1 in its high

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// goldenNames are the reference tokenizers under shared/tokenizers.
+// goldenNames are the reference tokenizers under testdata/tokenizers.
 var goldenNames = []string{"qwen3", "llama3", "deepseek_v3", "llama2"}
 
 // sharedDir is the project's copy of the shared ground truth (the

@@ -9,7 +9,7 @@ import (
 )
 
 // TestDocsStandAlone: no README or help text points at files outside the
-// repository (a clone has no ../shared).
+// repository.
 func TestDocsStandAlone(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
