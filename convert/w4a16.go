@@ -1,7 +1,7 @@
 package convert
 
 // W4A16: torch's CPU tinygemm int4 (cpu_int4 checkpoints), the format
-// written by W4A16 below and documented in the README.
+// written by W4A16 below and documented in docs/formats.md#w4a16-tinygemm.
 
 import (
 	"context"
@@ -81,8 +81,8 @@ func CheckW4A16Model(cfg *spark.Config, o W4A16Options) error {
 	})
 }
 
-// W4A16Config is the quantization_config of a cpu_int4 checkpoint (our
-// format, documented in the README): every linear with a `qweight` is
+// W4A16Config is the quantization_config of a cpu_int4 checkpoint (documented
+// in docs/formats.md#w4a16-tinygemm): every linear with a `qweight` is
 // quantized; codes q in 0..15, w = (q - 8) * scale + zero per group of
 // group_size consecutive input channels.
 func W4A16Config(o W4A16Options, cal *Calibration, actDType dtype.DType, version string) map[string]any {

@@ -28,7 +28,8 @@ func init() {
 		Use:   "export-onnx --model DIR --out DIR",
 		Short: "Write ONNX decode-step graphs (embed, layers or blocks, head) for QNN / AI Hub",
 		Long: `Writes one decode step of the model as ONNX graphs with every KV cache an
-explicit tensor (the decode-step contract the README describes and manifest.json records):
+explicit tensor (the decode-step contract of docs/formats.md#onnx-decode-step,
+recorded in manifest.json):
 embed.onnx, layer_NN.onnx (or block_NN.onnx with --granularity block),
 head.onnx and manifest.json (shapes, layouts, rotary tables, sha256 of every
 file). Opset 17, IR 8, static shapes, weights as initializers (bf16 widened to

@@ -19,7 +19,7 @@ func init() {
 		Use:   "lint FILE.onnx|DIR... [--encodings FILE]",
 		Short: "Check an ONNX graph against what Qualcomm QNN HTP (QAIRT converter, ORT QNN EP) takes",
 		Long: `Reports every construct of FILE.onnx that QNN HTP rejects or handles badly
-(see the README): ops without a converter translation, Erf outside
+(docs/qnn.md#what-htps-converter-accepts): ops without a converter translation, Erf outside
 the exact-GELU pattern, RMSNorm that is not Pow -> ReduceMean(last axis) -> Add(eps)
 -> Sqrt -> Div -> Mul(weight), Softmax off the last axis, IsNaN/Where guards,
 Reshape allowzero=1, rank-0 axes, dynamic shapes, boolean masks, explicit

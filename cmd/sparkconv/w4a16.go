@@ -20,8 +20,8 @@ func init() {
 (w = (q - 8) * scale + zero, scale and float zero per group of --group input
 channels, in the activation dtype) for torch.ops.aten._weight_int4pack_mm_for_cpu
 (torch >= 2.6). Per linear: qweight uint8 [N, K/2] and scales_and_zeros
-[K/g, N, 2]; quantization_config.quant_method is "cpu_int4" (see the README
-for the format and a loader).
+[K/g, N, 2]; quantization_config.quant_method is "cpu_int4" (docs/formats.md#w4a16-tinygemm
+has the format and a loader).
 
 --pack portable (default) stores codes of adjacent k in each byte (even k in
 the low nibble), which every CPU can use after _convert_weight_to_int4pack_for_cpu.
