@@ -19,7 +19,8 @@ type Options struct {
 	Progress func(n int)
 }
 
-// DefaultOptions are llama.cpp's window and the seeds' greedy test.
+// DefaultOptions are llama.cpp's window (512) and a greedy test of 8
+// prompts continued for 32 tokens.
 var DefaultOptions = Options{Ctx: 512, Prompts: 8, GenTokens: 32}
 
 // Check refuses option values out of range (usage errors).

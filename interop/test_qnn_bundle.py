@@ -47,7 +47,7 @@ def feeds_of(folder, g):
 # .encodings (head logits 40.64 vs 42.20, layer_02 hidden_out 38.28 vs
 # 39.44); the same bundle run by onnxruntime 1.31.1 agrees within 0.09 dB on
 # all 14 outputs. So ORT 1.32 executes these QDQ graphs differently (its QDQ
-# optimizations); reported to the bundle's owner (issue 13). Not strict, so a
+# optimizations). Not strict, so a
 # fix can land without this suite going red; an XPASS says the marks can go.
 def _disagrees(g, why):
     return pytest.param(g, marks=pytest.mark.xfail(strict=False, reason=why))

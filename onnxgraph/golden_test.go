@@ -226,14 +226,15 @@ func TestGoldenFloat16(t *testing.T) {
 }
 
 // TestGoldenCatchesTanhGELU: the bars are tight enough to see the tanh
-// approximation (README: 82.7 dB) on a model trained with exact GELU.
+// approximation (testdata/golden/spark-mini-tied/README.md: 82.7 dB) on a
+// model trained with exact GELU.
 func TestGoldenCatchesTanhGELU(t *testing.T) {
 	orttest.Init(t)
 	g := loadGolden(t, "spark-mini-tied")
 	res := runGolden(t, g, export(t, g.dir, ExportOptions{Context: 48, GELU: "tanh"}), "")
 	snr, at := res.minSNR()
 	if snr >= 100 || snr < 60 {
-		t.Fatalf("tanh GELU gives min SNR %.1f dB (%s); want 60..100 (README: 82.7)", snr, at)
+		t.Fatalf("tanh GELU gives min SNR %.1f dB (%s); want 60..100 (the golden README: 82.7)", snr, at)
 	}
 	t.Logf("tanh GELU: min SNR %.1f dB (%s)", snr, at)
 }
@@ -241,7 +242,8 @@ func TestGoldenCatchesTanhGELU(t *testing.T) {
 // TestORTFloat16RMSNormFusion pins why float16 runs use optimization level
 // "extended": at "all", ONNX Runtime 1.30 fuses the float16 RMSNorm pattern
 // into SimplifiedLayerNormalization with epsilon 1e-5 instead of the
-// graph's 1e-6 (the golden README lists that bug at 38.4 dB).
+// graph's 1e-6 (testdata/golden/spark-mini-tied/README.md lists that bug
+// at 38.4 dB).
 func TestORTFloat16RMSNormFusion(t *testing.T) {
 	orttest.Init(t)
 	g := loadGolden(t, "spark-mini-tied")

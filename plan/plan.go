@@ -1,9 +1,10 @@
-// Package plan chooses the weight path for a target machine, the seeds'
-// rule: an x86 CPU with AMX runs GPTQ W4A8 (vLLM's int4_scaled_mm_cpu);
-// without AMX, or when fidelity is asked for, W4A16 (torch's tinygemm, bf16
-// activations, the build that kept a finished agent task W4A8 undid);
-// ARM64 gets W4A16 too, flagged unverified (nobody measured it); a phone
-// gets the ONNX decode-step export with the calibrated w8a16 QNN bundle.
+// Package plan chooses the weight path for a target machine: an x86 CPU
+// with AMX runs GPTQ W4A8 (vLLM's int4_scaled_mm_cpu); without AMX, or
+// when fidelity is asked for, W4A16 (torch's tinygemm, bf16 activations,
+// the more faithful 4-bit build: on the real model's agent tasks W4A8
+// failed a task that W4A16 completed); ARM64 gets W4A16 too, flagged
+// unverified (no build has been measured there); a phone gets the ONNX
+// decode-step export with the calibrated w8a16 QNN bundle.
 // The target comes from a hardware probe: /proc/cpuinfo's flags (amx_tile,
 // amx_int8, avx512f, avx2 on x86; a Features line on ARM) and GOARCH.
 package plan
@@ -133,7 +134,7 @@ func Choose(target, priority, model string) (Choice, error) {
 	switch target {
 	case "x86-amx":
 		if priority == "fidelity" {
-			w4a16("avx512", "AMX is there, but fidelity was asked for: W4A16 keeps bf16 activations (W4A8's int8 activations undid a finished agent task that W4A16 completed); tinygemm runs its AVX-512 kernel")
+			w4a16("avx512", "AMX is there, but fidelity was asked for: W4A16 keeps bf16 activations (on the real model's agent tasks W4A8's int8 activations failed a task that W4A16 completed); tinygemm runs its AVX-512 kernel")
 			break
 		}
 		c.Path = PathW4A8
@@ -152,7 +153,7 @@ func Choose(target, priority, model string) (Choice, error) {
 	case "phone":
 		c.Path = PathONNX
 		c.Command = fmt.Sprintf("sparkconv export-onnx --model %s --out %s-onnx --layout ring && sparkconv qnn-bundle --model %s --export %s-onnx --out %s-qnn --precision w8a16", model, out, model, out, out)
-		c.Why = "phone: one decode step per layer as ONNX with explicit ring KV caches for QNN, quantized as the calibrated w8a16 bundle (8-bit weights, 16-bit activations with ranges from real text: 36.9 dB on a Galaxy S25, where uncalibrated w4a16 was uncorrelated and w8a8 broke)"
+		c.Why = "phone: one decode step per layer as ONNX with explicit ring KV caches for QNN, quantized as the calibrated w8a16 bundle (8-bit weights, 16-bit activations with ranges from real text: 36.9 dB per layer on a phone NPU, where uncalibrated w4a16 is uncorrelated and w8a8 falls to 5.1 dB)"
 	default:
 		return Choice{}, fmt.Errorf("--target %q: want one of %s", target, strings.Join(Targets, ", "))
 	}

@@ -110,7 +110,7 @@ func (c *calibFlags) register(cmd *cobra.Command) {
 	f.IntVar(&c.c.SeqLen, "seq-len", gptq.DefaultSeqLen, "longest calibration chunk in tokens; longer samples are cut into several chunks")
 	f.Float64Var(&c.c.Damp, "damp", gptq.DefaultDamp, "GPTQ damping, a fraction of the Hessian's mean diagonal, in (0, 1]")
 	f.BoolVar(&c.c.ActOrder, "act-order", false, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g)")
-	f.BoolVar(&c.rtn, "rtn", false, "round to nearest without calibration (the previous behaviour)")
+	f.BoolVar(&c.rtn, "rtn", false, "round to nearest without calibration")
 	freeForm(cmd, "samples")
 	intIn(cmd, "tokens", gptq.MinTokens, 1<<31)
 	intIn(cmd, "seq-len", 1, 1<<20)
