@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 
-	"sparkconv/dtype"
 	"sparkconv/quant"
 )
 
@@ -156,9 +155,6 @@ func (j *Job) WeightMatrix(name string, n, k int) (quant.Matrix, error) {
 	}
 	return weightMatrix(raw, info.DType, n, k), nil
 }
-
-// ScaleDTypeOf maps a weight dtype to the dtype its scales are stored in.
-func ScaleDTypeOf(dt dtype.DType) quant.ScaleDType { return scaleDType(dt) }
 
 // solve runs s (if set) for the targets and records its calibration in the
 // report; it returns nil when s is nil.

@@ -18,13 +18,6 @@ type operand[T float] struct {
 	trans bool
 }
 
-func (o operand[T]) at(r, c int) T {
-	if o.trans {
-		return o.data[c*o.ld+r]
-	}
-	return o.data[r*o.ld+c]
-}
-
 // microKernel is a register-tiled kernel and the cache blocking that suits
 // it. fn adds the mr x nr product of a packed A micro-panel (k steps of mr
 // values) and a packed B micro-panel (k steps of nr values) into C, whose

@@ -172,27 +172,16 @@ func (b *Builder) Output(name string, dt DType, shape ...int64) {
 func (b *Builder) Inputs() []ValueInfo  { return b.inputs }
 func (b *Builder) Outputs() []ValueInfo { return b.outputs }
 
-// Name is the graph name.
-func (b *Builder) Name() string { return b.name }
-
 // Attr is one node attribute.
 type Attr = *onnxpb.AttributeProto
 
-// AttrInt, AttrInts, AttrFloat and AttrString make attributes.
+// AttrInt and AttrInts make attributes.
 func AttrInt(name string, v int64) Attr {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
 }
 
 func AttrInts(name string, v ...int64) Attr {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
-}
-
-func AttrFloat(name string, v float32) Attr {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_FLOAT.Enum(), F: proto.Float32(v)}
-}
-
-func AttrString(name, v string) Attr {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}
 }
 
 // Op adds a node with one invented output and returns that output's name.

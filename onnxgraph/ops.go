@@ -51,12 +51,6 @@ func (b *Builder) ReshapeTo(out, x string, shape ...int64) string {
 	return b.OpTo(out, "Reshape", []string{x, b.Int64s(shape...)})
 }
 
-// SliceAxis takes [start, end) of one axis; starts, ends and axes are 1-D
-// tensors as opset 13 wants.
-func (b *Builder) SliceAxis(x string, axis, start, end int64) string {
-	return b.Op("Slice", []string{x, b.Int64s(start), b.Int64s(end), b.Int64s(axis)})
-}
-
 // RoPE rotates the first 2*half dims of the last axis of x (width d) with
 // NeoX rotate_half: concat(x1*cos - x2*sin, x2*cos + x1*sin, x[2*half:]).
 // cos and sin are [1,1,half] and broadcast over the leading axes.

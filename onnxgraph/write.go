@@ -2,7 +2,6 @@ package onnxgraph
 
 import (
 	"fmt"
-	"io"
 	"path/filepath"
 
 	"sparkconv/onnxio"
@@ -37,12 +36,6 @@ func (b *Builder) Model() onnxio.Model {
 		m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(kv[0]), Value: proto.String(kv[1])})
 	}
 	return onnxio.Model{Proto: m, Data: data}
-}
-
-// Encode writes the self-contained model (every weight inline) to w.
-func (b *Builder) Encode(w io.Writer) error {
-	_, err := onnxio.Encode(w, b.Model())
-	return err
 }
 
 // Marshal returns the self-contained model bytes.

@@ -184,9 +184,6 @@ func (r *Runner) entry(kind string) onnxgraph.GraphEntry {
 	return onnxgraph.GraphEntry{}
 }
 
-// State returns layer i's cache.
-func (r *Runner) State(i int) *onnxgraph.CacheState { return r.states[i] }
-
 // Step runs token id at position p through every graph.
 func (r *Runner) Step(id int64, p int) (*StepTrace, error) {
 	tr := &StepTrace{HiddenIn: map[int][]float32{}, Key: map[int][]float32{}, Value: map[int][]float32{}}

@@ -310,12 +310,3 @@ func (b *Bundle) Marshal() ([]byte, error) {
 	}
 	return append(data, '\n'), nil
 }
-
-// GraphInputNames lists a manifest graph's input names in order.
-func GraphInputNames(e onnxgraph.GraphEntry) []string {
-	var out []string
-	for _, in := range e.Inputs {
-		out = append(out, in.Name)
-	}
-	return out
-}

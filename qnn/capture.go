@@ -101,9 +101,6 @@ func NewTrace(ref *forward.Model, man *onnxgraph.Manifest, ids []int, held []int
 	return t, nil
 }
 
-// Tokens is the length of the traced stream.
-func (t *Trace) Tokens() int { return len(t.ids) }
-
 func (t *Trace) hiddenAt(i, p int) []float32 {
 	return append([]float32(nil), t.hidden[i][p*t.h:(p+1)*t.h]...)
 }

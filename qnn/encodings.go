@@ -3,7 +3,6 @@ package qnn
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -244,6 +243,3 @@ func ReadEncodings(path string) (*Encodings, error) {
 	}
 	return f, nil
 }
-
-// errNoEncoding marks a lookup of a tensor without one.
-var errNoEncoding = errors.New("no encoding")

@@ -13,13 +13,10 @@ var encodingRules = []Rule{
 	{"encoding-duplicate", Error, "two encodings for one tensor", "docs/qnn.md#encodings"},
 	{"encoding-illegal", Error, "an encoding QAIRT or HTP refuses: dtype not INT, bit width, symmetry, offsets, scales", "docs/qnn.md#encodings, docs/qnn.md#encoding-grids"},
 	{"encoding-param-kind", Error, "a parameter encoding on a tensor that is not a constant, or an activation encoding on a constant", "docs/qnn.md#encodings"},
-	{"encoding-kv-tie", Error, "a KV input (past_*) and its new_*/present_* output, or a Concat's inputs and output, have different grids", "docs/qnn.md#ties-and-fused-patterns, docs/qnn.md#ties-and-fused-patterns"},
+	{"encoding-kv-tie", Error, "a KV input (past_*) and its new_*/present_* output, or a Concat's inputs and output, have different grids", "docs/qnn.md#ties-and-fused-patterns"},
 	{"encoding-in-fused-pattern", Error, "an encoding inside a fusable RMSNorm or GELU pattern (or on its own constants): QNN cannot fuse it and runs the decomposed ops", "docs/qnn.md#device-figures: 8.5 % vs 1.0 % of a layer"},
 	{"encoding-missing", Warning, "float activations with no encoding: QNN quantizes them with ranges of its own", "docs/qnn.md#ties-and-fused-patterns"},
 }
-
-// EncodingRules returns the checks LintEncodings runs.
-func EncodingRules() []Rule { return append([]Rule(nil), encodingRules...) }
 
 // LintEncodings checks an AIMET encodings file against the graph it is for.
 func LintEncodings(m *onnxpb.ModelProto, f *Encodings) []Finding {

@@ -3,7 +3,6 @@ package qnn
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 
 	"sparkconv/onnxpb"
@@ -191,9 +190,6 @@ func (p *Plan) actSet() map[string]bool {
 	return p.acts
 }
 
-// Group returns the representative of t's tie group (t when untied).
-func (p *Plan) Group(t string) string { return p.find(t) }
-
 // Interior returns the fusable pattern whose interior holds t, or nil.
 func (p *Plan) Interior(t string) *Pattern { return p.interior[t] }
 
@@ -359,14 +355,4 @@ func (p *Plan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax map[stri
 		f.Activations = append(f.Activations, AsymmetricEncoding(a, prec.ActBits, rng[0], rng[1]))
 	}
 	return f, nil
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -45,12 +45,6 @@ func byteLevelString(s string) string {
 	return sb.String()
 }
 
-// byteLevelBytes maps a byte-level alphabet string back to the bytes it
-// stands for; ok is false when a rune lies outside the alphabet.
-func byteLevelBytes(s string) (b []byte, ok bool) {
-	return appendByteLevelBytes(make([]byte, 0, len(s)), s)
-}
-
 // appendByteLevelBytes appends the bytes the byte-level string s stands
 // for; ok is false (and dst unchanged) when a rune lies outside the
 // alphabet.

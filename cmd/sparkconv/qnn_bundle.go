@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -104,21 +103,11 @@ func (f *qnnBundleFlags) check() (qnn.Precision, error) {
 	if f.model == "" || f.export == "" || f.out == "" {
 		return qnn.Precision{}, usagef("--model, --export and --out are required")
 	}
+	// The flag rules (intIn, floatIn, oneOf) have checked every value's
+	// range and word before the command runs.
 	prec, err := qnn.ParsePrecision(f.precision)
 	if err != nil {
 		return prec, usagef("--precision: %v", err)
-	}
-	switch {
-	case f.positions < 1 || f.positions > 4096:
-		return prec, usagef("--positions %d: want 1..4096", f.positions)
-	case f.observe < 0 || f.observe > 1<<20:
-		return prec, usagef("--observe %d: want 0..1048576", f.observe)
-	case f.held < 1 || f.held > 4096:
-		return prec, usagef("--held-out %d: want 1..4096", f.held)
-	case f.threads < 0 || f.threads > 1024:
-		return prec, usagef("--threads %d: want 0..1024", f.threads)
-	case math.IsNaN(f.maskClip) || f.maskClip >= 0 || f.maskClip < -1e6:
-		return prec, usagef("--mask-clip %v: want a negative number >= -1e6", f.maskClip)
 	}
 	return prec, nil
 }
@@ -291,15 +280,6 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 	return nil
 }
 
-func graphKind(man *onnxgraph.Manifest, name string) string {
-	for _, g := range man.Graphs {
-		if g.Name == name {
-			return g.Kind
-		}
-	}
-	return ""
-}
-
 func finite(v float64) *float64 {
 	if math.IsInf(v, 0) || math.IsNaN(v) {
 		return nil
@@ -317,10 +297,8 @@ func printBundle(cmd *cobra.Command, b *qnn.Bundle, out string, took time.Durati
 	}
 	fmt.Fprintf(w, "qnn-bundle %s: %d calibration + %d held-out positions of %d tokens (%s), mask encoded over [%g, 0]\n",
 		b.Precision, len(b.Calibration.Positions), len(b.Calibration.HeldOut), b.Calibration.Tokens, b.Calibration.Source, b.Mask.EncodedRange[0])
-	names := append([]string(nil), b.GraphOrder...)
-	sort.SliceStable(names, func(i, j int) bool { return false })
 	var total int64
-	for _, name := range names {
+	for _, name := range b.GraphOrder {
 		r := b.Graphs[name]
 		total += r.Bytes
 		line := fmt.Sprintf("  %-10s %5d act %4d param encodings  simulated %s dB", name, r.Activations, r.Params, fmtPtr(r.SNR))
