@@ -38,9 +38,10 @@ var (
 
 // TestDocsStandAlone checks that every relative link of every Markdown page
 // of the repository resolves to a file (and, with #anchor, to a heading of
-// that page), that every Markdown file a Go or Python source cites exists
-// in the repository (and its anchor too), and that no page, source or test
-// refers to ../shared or other files outside the repository.
+// that page), that every Markdown file a page, a Go or a Python source
+// names exists in the repository (and its anchor too), and that no page,
+// source or test refers to ../shared or other files outside the
+// repository.
 func TestDocsStandAlone(t *testing.T) {
 	pages, sources := repoFiles(t)
 	anchors := map[string]map[string]bool{}
@@ -81,6 +82,16 @@ func TestDocsStandAlone(t *testing.T) {
 			}
 		}
 	}
+	for _, p := range pages {
+		for n, line := range readLines(t, p) {
+			prose := mdLink.ReplaceAllString(url.ReplaceAllString(line, ""), "") // links are checked above
+			for _, m := range mdCite.FindAllString(prose, -1) {
+				if why := citeResolves(p, m, resolve); why != "" && !namesFileBelow(pages, p, m) {
+					t.Errorf("%s:%d: names %s: %s", rel(p), n+1, m, why)
+				}
+			}
+		}
+	}
 	for _, src := range sources {
 		for n, line := range readLines(t, src) {
 			for _, m := range mdCite.FindAllString(url.ReplaceAllString(line, ""), -1) {
@@ -106,6 +117,21 @@ func TestDocsStandAlone(t *testing.T) {
 func listsOutside(line string) bool {
 	for _, bad := range outside {
 		if strings.Contains(line, `"`+bad+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesFileBelow reports whether a page's bare file name is a page in its
+// folder's subfolders (a README describing the SOURCE.md each folder holds).
+func namesFileBelow(pages []string, page, name string) bool {
+	if strings.ContainsAny(name, "/#") {
+		return false
+	}
+	dir := filepath.Dir(page) + string(filepath.Separator)
+	for _, p := range pages {
+		if strings.HasPrefix(p, dir) && filepath.Base(p) == name {
 			return true
 		}
 	}
