@@ -123,19 +123,21 @@ func listsOutside(line string) bool {
 	return false
 }
 
-// namesFileBelow reports whether a page's bare file name is a page in its
-// folder's subfolders (a README describing the SOURCE.md each folder holds).
+// namesFileBelow reports whether a page's bare file name is the name of a
+// page that several of its folder's subfolders each hold (a README
+// describing the SOURCE.md every folder has), not of one page elsewhere.
 func namesFileBelow(pages []string, page, name string) bool {
 	if strings.ContainsAny(name, "/#") {
 		return false
 	}
-	dir := filepath.Dir(page) + string(filepath.Separator)
+	dir := filepath.Dir(page)
+	n := 0
 	for _, p := range pages {
-		if strings.HasPrefix(p, dir) && filepath.Base(p) == name {
-			return true
+		if filepath.Base(p) == name && filepath.Dir(filepath.Dir(p)) == dir {
+			n++
 		}
 	}
-	return false
+	return n >= 2
 }
 
 // citeResolves resolves a citation in a source file: relative to the
