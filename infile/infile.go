@@ -22,6 +22,8 @@ const (
 	IndexMax     = 64 << 20  // model.safetensors.index.json (real: ~30 KB to ~2 MB)
 	TokenizerMax = 512 << 20 // tokenizer.json (real: 2 to 30 MB)
 	ManifestMax  = 64 << 20  // an export's manifest.json
+	TextMax      = 1 << 30   // samples text and token-id files (real: KB to a few hundred MB)
+	CPUInfoMax   = 16 << 20  // a /proc/cpuinfo text (real: ~1 KB per core)
 )
 
 // Open opens path for reading. It refuses anything but a regular file

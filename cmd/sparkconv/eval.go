@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,8 +11,10 @@ import (
 	"sparkconv/eval"
 	"sparkconv/eval/evalort"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/onnxgraph"
 	"sparkconv/ortrun"
+	"sparkconv/outdir"
 	"sparkconv/progress"
 	"sparkconv/spark"
 	"sparkconv/tokenizer"
@@ -64,9 +65,6 @@ func (e *evalFlags) check(needModel bool) error {
 	}
 	if err := e.opt.Check(); err != nil {
 		return usagef("%v", err)
-	}
-	if _, err := os.Lstat(e.report); e.report != "" && err == nil && !e.force {
-		return fmt.Errorf("--report %s already exists (use --force to replace it)", e.report)
 	}
 	e.opt.Force = e.force
 	return nil
@@ -127,7 +125,7 @@ disjoint from the calibration corpus).`,
 func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
 	const promptLen = 32
 	if ef.ids != "" {
-		data, err := os.ReadFile(ef.ids)
+		data, err := infile.ReadFile(ef.ids, infile.TextMax)
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +138,7 @@ func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
 	if ef.samples == "" {
 		return eval.TextFromSamples([]byte(eval.HeldOut), eval.HeldOutName, false, tok, promptLen)
 	}
-	data, err := os.ReadFile(ef.samples)
+	data, err := infile.ReadFile(ef.samples, infile.TextMax)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +161,12 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 	if text.Windows(ef.opt.Ctx) == 0 {
 		return nil, fmt.Errorf("%s gives %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), ef.opt.Ctx)
 	}
+	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
+	if ef.report != "" { // checked before any work, written after it
+		if _, err := outdir.NewFile(ef.report, ef.force, eval.ReportOwner, append(inputs, ef.baseLogits)...); err != nil {
+			return nil, fmt.Errorf("--report: %w", err)
+		}
+	}
 	windows := int64(text.Windows(ef.opt.Ctx))
 	bar := progress.New(windows, "eval base", false)
 	opt := ef.opt
@@ -173,7 +177,7 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 			return nil, nil, err
 		}
 		return eval.Forward{M: m}, func() { m.Close() }, nil
-	}, text, opt, cfg.VocabSize)
+	}, text, opt, cfg.VocabSize, append(inputs, ef.report)...)
 	bar.Done(true)
 	if err != nil {
 		return nil, err
@@ -192,8 +196,8 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 		return nil, err
 	}
 	if ef.report != "" {
-		if err := eval.WriteReport(ef.report, r, ef.model+ef.export, ef.force); err != nil {
-			return nil, err
+		if err := eval.WriteReport(ef.report, r, ef.model+ef.export, ef.force, append(inputs, ef.baseLogits)...); err != nil {
+			return nil, fmt.Errorf("--report: %w", err)
 		}
 	}
 	return r, nil

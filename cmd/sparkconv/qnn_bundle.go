@@ -15,6 +15,7 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/fixtures"
+	"sparkconv/infile"
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
@@ -128,7 +129,7 @@ func bundleText(path string) ([]calib.Text, string, string, error) {
 	data, name := []byte(fixtures.Corpus), "embedded calibration corpus"
 	if path != "" {
 		var err error
-		if data, err = os.ReadFile(path); err != nil {
+		if data, err = infile.ReadFile(path, infile.TextMax); err != nil {
 			return nil, "", "", err
 		}
 		name = path
@@ -196,7 +197,7 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		return err
 	}
 	traced := time.Since(start)
-	d, err := outdir.Create(f.out, f.force)
+	d, err := outdir.Create(f.out, f.force, f.model, f.export, f.samples)
 	if err != nil {
 		return err
 	}
