@@ -2,11 +2,11 @@ package eval
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"math"
 	"path/filepath"
 	"strings"

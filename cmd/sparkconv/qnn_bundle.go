@@ -15,8 +15,8 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/fixtures"
-	"sparkconv/infile"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/ortrun"
