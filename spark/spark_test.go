@@ -58,6 +58,23 @@ func TestConfigErrors(t *testing.T) {
 		{"gqa", `,"sliding_window":8,"num_key_value_heads":3`, "num_key_value_heads"},
 		{"model type", `,"sliding_window":8,"model_type":"llama"`, "model_type"},
 		{"odd rotary", `,"sliding_window":8,"sliding_partial_rotary_factor":0.3`, "even integer"},
+		// fields that change the math, refused naming field and value
+		{"rope_scaling yarn", `,"sliding_window":8,"rope_scaling":{"rope_type":"yarn","factor":4.0}`, `field rope_scaling = {"rope_type":"yarn","factor":4.0}: RoPE scaling is not implemented`},
+		{"rope_scaling any word", `,"sliding_window":8,"rope_scaling":{"type":"word"}`, `field rope_scaling = {"type":"word"}`},
+		{"rope_scaling default", `,"sliding_window":8,"rope_scaling":{"rope_type":"default"}`, `field rope_scaling = {"rope_type":"default"}`},
+		{"rope_scaling null", `,"sliding_window":8,"rope_scaling":null`, ""},
+		{"nested rope_type", `,"sliding_window":8,"rope_theta":null,"sliding_rope_theta":null,"rope_parameters":{"full_attention":{"rope_theta":5e6,"partial_rotary_factor":0.25,"rope_type":"linear"},"sliding_attention":{"rope_theta":1e4,"rope_type":"default"}}`, `field rope_parameters.full_attention.rope_type = "linear"`},
+		{"nested rope_type default", `,"sliding_window":8,"rope_theta":null,"sliding_rope_theta":null,"rope_parameters":{"full_attention":{"rope_theta":5e6,"partial_rotary_factor":0.25,"rope_type":"default"},"sliding_attention":{"rope_theta":1e4}}`, ""},
+		{"unknown act", `,"sliding_window":8,"hidden_act":"gelu_new"`, `field hidden_act = "gelu_new"`},
+		{"torch_dtype float8", `,"sliding_window":8,"torch_dtype":"float8"`, `field torch_dtype = "float8", want one of bfloat16, float16, float32`},
+		{"torch_dtype int8", `,"sliding_window":8,"torch_dtype":"int8"`, `field torch_dtype = "int8"`},
+		{"dtype number", `,"sliding_window":8,"dtype":16`, `field dtype = 16`},
+		{"torch_dtype float32", `,"sliding_window":8,"torch_dtype":"float32","dtype":"bfloat16"`, ""},
+		{"bos outside vocab", `,"sliding_window":8,"bos_token_id":99999`, "field bos_token_id = 99999: token id 99999 is outside the vocabulary [0, 512)"},
+		{"eos negative", `,"sliding_window":8,"eos_token_id":-1`, "field eos_token_id = -1: token id -1 is outside the vocabulary [0, 512)"},
+		{"eos list", `,"sliding_window":8,"eos_token_id":[1,512]`, "field eos_token_id = [1,512]: token id 512 is outside"},
+		{"pad word", `,"sliding_window":8,"pad_token_id":"x"`, `field pad_token_id = "x", want a token id`},
+		{"ids in vocab", `,"sliding_window":8,"bos_token_id":0,"eos_token_id":[1,511],"pad_token_id":null`, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,6 +205,10 @@ func TestCheckTensorsListsEverything(t *testing.T) {
 // holds is refused by Open before the tensors are listed.
 func TestConfigSizesBounded(t *testing.T) {
 	base := `"vocab_size":512,"hidden_size":128,"intermediate_size":192,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":32,"rms_norm_eps":1e-6,"rope_theta":5e6,"partial_rotary_factor":0.25,"sliding_rope_theta":1e4,"sliding_window":8`
+	_, err := ParseConfig([]byte("{" + base + `,"num_hidden_layers":1000000000,"layer_types":["full_attention"]}`))
+	if err == nil || strings.Contains(err.Error(), "num_hidden_layers is 0") {
+		t.Errorf("a refused num_hidden_layers compared with layer_types: %v", err)
+	}
 	for _, c := range []struct{ extra, want string }{
 		{`,"num_hidden_layers":1000000000`, "field num_hidden_layers = 1000000000, must be in [1, 4096]"},
 		{`,"num_hidden_layers":4,"vocab_size":1e12`, "vocab_size"},
