@@ -164,18 +164,22 @@ func TestCheckTensorsListsEverything(t *testing.T) {
 	}
 	var tensors []safetensors.Tensor
 	for _, s := range c.Tensors() {
-		shape := s.Shape
+		shape, dt := s.Shape, dtype.BF16
 		switch s.Name {
-		case LayerWeight(1, OProj):
+		case LayerWeight(1, OProj), LayerWeight(3, MLPUp):
 			continue // missing
 		case LayerWeight(2, QKV):
 			shape = []int64{shape[0] - 64, shape[1]} // as if head_dim were wrong
+		case LayerWeight(0, MLPDown):
+			shape = []int64{shape[1], shape[0]} // transposed
+		case LayerWeight(1, MLPGate):
+			dt = dtype.I16
 		}
 		n := int64(2)
 		for _, d := range shape {
 			n *= d
 		}
-		tensors = append(tensors, safetensors.Tensor{Name: s.Name, DType: dtype.BF16, Shape: shape,
+		tensors = append(tensors, safetensors.Tensor{Name: s.Name, DType: dt, Shape: shape,
 			Produce: func() ([]byte, error) { return make([]byte, n), nil }})
 	}
 	tensors = append(tensors, safetensors.Tensor{Name: "model.layers.0.self_attn.q_proj.weight", DType: dtype.BF16, Shape: []int64{1},
@@ -188,8 +192,11 @@ func TestCheckTensorsListsEverything(t *testing.T) {
 		t.Fatal("mismatched checkpoint accepted")
 	}
 	for _, want := range []string{
-		"3 problems",
+		"6 problems",
 		"missing tensor model.layers.1.self_attn.o_proj.weight, expected shape [128 256]",
+		"missing tensor model.layers.3.mlp.up_proj.weight, expected shape [192 128]",
+		"tensor model.layers.0.mlp.down_proj.weight has shape [192 128], expected [128 192]",
+		"tensor model.layers.1.mlp.gate_proj.weight has dtype I16, expected BF16, F16 or F32",
 		"tensor model.layers.2.self_attn.q_k_v_proj.weight has shape [320 128], expected [384 128] (rows = num_attention_heads*head_dim + 2*num_key_value_heads*head_dim = 8*32 + 2*2*32)",
 		"unexpected tensor model.layers.0.self_attn.q_proj.weight",
 	} {
@@ -234,7 +241,8 @@ func TestConfigSizesBounded(t *testing.T) {
 	}
 	cfg = []byte(strings.Replace(string(cfg), `"layer_types"`, `"unused_layer_types"`, 1))
 	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
-	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "num_hidden_layers = 4000 needs at least 32002 tensors") {
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "num_hidden_layers = 4000 needs at least 32002 tensors") ||
+		!strings.Contains(err.Error(), "(31968 problems)") || !strings.Contains(err.Error(), "... and 31904 more") {
 		t.Errorf("layers beyond the checkpoint: %v", err)
 	}
 }
