@@ -227,7 +227,7 @@ func checkExportContext(ef *evalFlags) error {
 	if ef.export == "" {
 		return nil
 	}
-	man, err := onnxgraph.ReadManifest(ef.export)
+	man, err := onnxgraph.ReadVerified(ef.export)
 	if err != nil {
 		return err
 	}

@@ -169,7 +169,7 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		return err
 	}
 	start := time.Now()
-	man, err := onnxgraph.ReadManifest(f.export)
+	man, err := onnxgraph.ReadVerified(f.export)
 	if err != nil {
 		return err
 	}
