@@ -20,7 +20,9 @@ func TestForceReplacesOnlyOwn(t *testing.T) {
 		make          func(p string)
 	}{
 		{"build", "", func(p string) { mk(t, p, "sparkconv-report.json", `{"tool": "sparkconv", "scheme": "w8a8"}`) }},
-		{"export", "", func(p string) { mk(t, p, "manifest.json", `{"format": "spark-onnx-decode-step", "producer": "sparkconv"}`) }},
+		{"export", "", func(p string) {
+			mk(t, p, "manifest.json", `{"format": "spark-onnx-decode-step", "producer": "sparkconv"}`)
+		}},
 		{"calibration", "", func(p string) { mk(t, p, "summary.json", `{"format": "sparkconv-calibration"}`) }},
 		{"plain file", "is a file, not a folder", func(p string) { os.WriteFile(p, []byte("mine"), 0o644) }},
 		{"symlink", "is a symbolic link", func(p string) { os.Symlink(os.TempDir(), p) }},
