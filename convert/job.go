@@ -213,9 +213,12 @@ func (j *Job) WriteTensors(tensors []safetensors.Tensor, src map[string]string) 
 			}
 		},
 	})
+	if err != nil {
+		return err // no "done" line for work that failed
+	}
 	j.bar.Done(j.Opt.Quiet)
 	j.Report.Files = files
-	return err
+	return nil
 }
 
 // AddTensor records one tensor's result in the report (safe for
