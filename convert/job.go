@@ -278,25 +278,20 @@ type Report struct {
 	Eval any `json:"eval,omitempty"`
 }
 
-// Rewrite replaces dir's sparkconv-report.json with r (a temporary file
-// beside it, fsynced, renamed over it): how --eval adds its figures to a
-// committed build.
+// Rewrite replaces dir's sparkconv-report.json with r (outdir.File: a
+// temporary file beside it, fsynced, renamed over it, and only over a
+// report sparkconv wrote): how --eval adds its figures to a committed
+// build.
 func (r *Report) Rewrite(dir string) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, ReportFile)
-	tmp := path + ".tmp"
-	os.Remove(tmp)
-	if err := safetensors.WriteFileSync(tmp, append(data, '\n')); err != nil {
+	out, err := outdir.NewFile(filepath.Join(dir, ReportFile), true, outdir.SparkconvJSON)
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return out.WriteBytes(append(data, '\n'))
 }
 
 // TensorReport is one quantized tensor's fidelity.

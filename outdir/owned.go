@@ -45,6 +45,19 @@ func SparkconvFolder(dir string) error {
 	return errors.New("no JSON file in it names sparkconv as its writer")
 }
 
+// SparkconvJSON is the Owner of a JSON file that names sparkconv as its
+// writer (a build's sparkconv-report.json).
+func SparkconvJSON(path string) error {
+	data, err := infile.ReadFile(path, markerMax)
+	if err != nil {
+		return err
+	}
+	if !namesSparkconv(data) {
+		return errors.New("a JSON object that does not name sparkconv as its writer")
+	}
+	return nil
+}
+
 // namesSparkconv reports whether data is a JSON object that names
 // sparkconv as its writer.
 func namesSparkconv(data []byte) bool {
