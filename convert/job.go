@@ -50,6 +50,9 @@ type Options struct {
 	MaxShardSize int64  // bytes per shard; 0 = one file
 	Quiet        bool   // no progress summary line on stderr
 	Version      string // sparkconv version, recorded in config and report
+	// Inputs are the other files the conversion reads (calibration
+	// samples, --eval text): Out may not be, hold or lie inside one.
+	Inputs []string
 }
 
 // Job is one conversion in progress: the input model, the output folder
@@ -108,7 +111,7 @@ func start(ctx context.Context, opt Options, scheme string, scan bool) (*Job, er
 		m.Close()
 		return nil, err
 	}
-	d, err := outdir.Create(opt.Out, opt.Force, opt.Model)
+	d, err := outdir.Create(opt.Out, opt.Force, append([]string{opt.Model}, opt.Inputs...)...)
 	if err != nil {
 		m.Close()
 		return nil, err

@@ -128,6 +128,10 @@ func TestForceReplacesOnlySparkconvOutputs(t *testing.T) {
 	build := filepath.Join(dir, "b")
 	mustRun(t, "w8a8", "--model", m, "--out", build, "--rtn")
 	mustRun(t, "w4a16", "--model", m, "--out", build, "--rtn", "--force") // a build replaces a build
+	corpus, _ := os.ReadFile("../../fixtures/corpus/calib.txt")
+	inside := filepath.Join(build, "samples.txt")
+	os.WriteFile(inside, corpus, 0o644)
+	expect(t, 2, []string{"contains the input " + inside}, "w8a8", "--model", m, "--out", build, "--samples", inside, "--force")
 	fix := filepath.Join(dir, "fx")
 	mustRun(t, "fixture", "--out", fix)
 	mustRun(t, "fixture", "--out", fix, "--preset", "small", "--force") // and a fixture a fixture
