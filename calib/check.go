@@ -30,7 +30,7 @@ const (
 	MinTokens    = 128
 	maxUnkShare  = 0.5  // refuse above
 	warnUnkShare = 0.05 // warn above
-	minDistinct  = 64   // refuse below (or below a quarter of a tiny vocabulary)
+	minDistinct  = 64   // refuse below (or below a quarter of a tiny vocabulary or of a short text)
 )
 
 // CheckTokens is the one rule on degenerate calibration text, for every
@@ -75,7 +75,7 @@ func CheckVariety(chunks []Chunk, unk, vocab int) (string, error) {
 	if share > maxUnkShare {
 		return "", fmt.Errorf("%.0f%% of the %d calibration tokens are the unknown token: the model's tokenizer does not cover this text, and GPTQ on it would be worse than round to nearest (--rtn)", 100*share, total)
 	}
-	need := min(minDistinct, vocab/4)
+	need := min(minDistinct, vocab/4, max(2, total/4)) // a short text (a small bundle context) needs a quarter of its tokens distinct
 	if len(seen) < need {
 		return "", fmt.Errorf("the %d calibration tokens hold only %d distinct ids (at least %d needed): text this repetitive calibrates nothing; use varied text like the model's real input", total, len(seen), need)
 	}
