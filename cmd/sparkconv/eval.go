@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -147,6 +148,10 @@ func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
 
 // runEval scores ef.model against ef.base.
 func runEval(ef *evalFlags) (*eval.Result, error) {
+	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
+	if err := checkEvalOutputs(ef, inputs); err != nil {
+		return nil, err
+	}
 	cfg, err := spark.LoadConfig(ef.base)
 	if err != nil {
 		return nil, err
@@ -160,12 +165,6 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 	}
 	if text.Windows(ef.opt.Ctx) == 0 {
 		return nil, fmt.Errorf("%s gives %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), ef.opt.Ctx)
-	}
-	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
-	if ef.report != "" { // checked before any work, written after it
-		if _, err := outdir.NewFile(ef.report, ef.force, eval.ReportOwner, append(inputs, ef.baseLogits)...); err != nil {
-			return nil, fmt.Errorf("--report: %w", err)
-		}
 	}
 	windows := int64(text.Windows(ef.opt.Ctx))
 	bar := progress.New(windows, "eval base", false)
@@ -201,6 +200,26 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// checkEvalOutputs refuses, before any work, a --report or --base-logits
+// that is or lies inside an input (or is the other one), and a --report
+// that --force may not replace.
+func checkEvalOutputs(ef *evalFlags, inputs []string) error {
+	if ef.baseLogits != "" {
+		if err := outdir.CheckDisjoint(ef.baseLogits, append(inputs, ef.report)...); err != nil {
+			return usageError{fmt.Errorf("--base-logits: %w", err)}
+		}
+	}
+	if ef.report != "" { // written after the work
+		if _, err := outdir.NewFile(ef.report, ef.force, eval.ReportOwner, append(inputs, ef.baseLogits)...); err != nil {
+			if errors.Is(err, outdir.ErrOverlap) {
+				return usageError{fmt.Errorf("--report: %w", err)}
+			}
+			return fmt.Errorf("--report: %w", err)
+		}
+	}
+	return nil
 }
 
 // openBuild opens what is scored: --model through the reference forward,
