@@ -376,10 +376,13 @@ func writeAtomic(path string, opt WriteOptions, fill func(io.Writer) error) (Fil
 		bw := outdir.NewStream(f, h) // hashed on its own goroutine, flushed as it goes
 		if err := fill(bw); err != nil {
 			bw.Discard()
-			return err
+			return fmt.Errorf("writing %s: %w", path, err)
 		}
 		size = bw.Size()
-		return bw.Close()
+		if err := bw.Close(); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return FileInfo{}, err

@@ -86,10 +86,12 @@ func (f *File) Write(fill func(w *os.File) error) error {
 		delete(writing.files, name)
 		writing.Unlock()
 	}()
-	err = fill(tmp)
-	if err == nil {
-		err = tmp.Chmod(0o644 &^ Umask())
+	if err := fill(tmp); err != nil { // fill's errors name what failed
+		tmp.Close()
+		os.Remove(name)
+		return err
 	}
+	err = tmp.Chmod(0o644 &^ Umask())
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -109,8 +111,10 @@ func (f *File) Write(fill func(w *os.File) error) error {
 // WriteBytes writes data as the file.
 func (f *File) WriteBytes(data []byte) error {
 	return f.Write(func(w *os.File) error {
-		_, err := w.Write(data)
-		return err
+		if _, err := w.Write(data); err != nil {
+			return fmt.Errorf("writing %s: %w", f.target, err)
+		}
+		return nil
 	})
 }
 
