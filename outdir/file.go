@@ -25,19 +25,11 @@ type File struct {
 // then unless it is a regular file owner recognises. Call it before the
 // work whose result the file holds.
 func NewFile(target string, force bool, owner Owner, inputs ...string) (*File, error) {
-	if target == "" {
-		return nil, errors.New("output file not given")
-	}
-	target = filepath.Clean(target)
-	if err := CheckDisjoint(target, inputs...); err != nil {
+	target, err := checkPlace("output file", target, inputs)
+	if err != nil {
 		return nil, err
 	}
-	parent := filepath.Dir(target)
-	if st, err := os.Stat(parent); err != nil {
-		return nil, fmt.Errorf("output parent folder: %w", err)
-	} else if !st.IsDir() {
-		return nil, fmt.Errorf("output parent %s is not a folder", parent)
-	}
+	recoverStale(filepath.Dir(target), filepath.Base(target))
 	f := &File{target: target, force: force, owner: owner}
 	if err := f.check(); err != nil {
 		return nil, err

@@ -59,19 +59,11 @@ func Create(target string, force bool, inputs ...string) (*Dir, error) {
 // CreateOwned is Create with the Owner that recognises a folder --force
 // may replace.
 func CreateOwned(target string, force bool, owner Owner, inputs ...string) (*Dir, error) {
-	if target == "" {
-		return nil, errors.New("output folder not given")
-	}
-	target = filepath.Clean(target)
-	if err := CheckDisjoint(target, inputs...); err != nil {
+	target, err := checkPlace("output folder", target, inputs)
+	if err != nil {
 		return nil, err
 	}
 	parent := filepath.Dir(target)
-	if st, err := os.Stat(parent); err != nil {
-		return nil, fmt.Errorf("output parent folder: %w", err)
-	} else if !st.IsDir() {
-		return nil, fmt.Errorf("output parent %s is not a folder", parent)
-	}
 	recoverStale(parent, filepath.Base(target))
 	if _, err := os.Lstat(target); err == nil && !force {
 		return nil, fmt.Errorf("%s already exists (use --force to replace it)", target)
@@ -95,6 +87,26 @@ func CreateOwned(target string, force bool, owner Owner, inputs ...string) (*Dir
 	writing.dirs[d] = true
 	writing.Unlock()
 	return d, nil
+}
+
+// checkPlace cleans target and refuses it when it is empty, overlaps
+// one of inputs, or its parent is not a folder: what every output, a
+// folder or a file, must pass before any work.
+func checkPlace(what, target string, inputs []string) (string, error) {
+	if target == "" {
+		return "", fmt.Errorf("%s not given", what)
+	}
+	target = filepath.Clean(target)
+	if err := CheckDisjoint(target, inputs...); err != nil {
+		return "", err
+	}
+	parent := filepath.Dir(target)
+	if st, err := os.Stat(parent); err != nil {
+		return "", fmt.Errorf("output parent folder: %w", err)
+	} else if !st.IsDir() {
+		return "", fmt.Errorf("output parent %s is not a folder", parent)
+	}
+	return target, nil
 }
 
 // writing holds the folders this process is writing: created, not yet
