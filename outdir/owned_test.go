@@ -3,6 +3,7 @@ package outdir
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -130,5 +131,26 @@ func TestFile(t *testing.T) {
 	}
 	if got := names(t, dir); len(got) != 3 {
 		t.Errorf("left behind: %v", got)
+	}
+}
+
+// TestFileCleansStaleTemporaries: the temporary file a killed File.Write
+// left beside its target is removed by the next NewFile of that target;
+// one of a live process is kept.
+func TestFileCleansStaleTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "r.html")
+	dead := filepath.Join(dir, ".r.html"+tmpTag+"2147483646-1")
+	live := filepath.Join(dir, ".r.html"+tmpTag+strconv.Itoa(os.Getppid())+"-1")
+	os.WriteFile(dead, []byte("half"), 0o644)
+	os.WriteFile(live, []byte("half"), 0o644)
+	if _, err := NewFile(target, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); err == nil {
+		t.Error("a dead run's temporary file is still there")
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Error("a live process's temporary file was removed")
 	}
 }
