@@ -250,7 +250,7 @@ func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Sum
 // writeTensors writes one safetensors file dir/name.
 func writeTensors(dir, name string, ts []safetensors.Tensor) error {
 	opt := safetensors.WriteOptions{Metadata: map[string]string{"format": Format}}
-	if err := safetensors.WriteFile(filepath.Join(dir, name), ts, opt, false); err != nil {
+	if err := safetensors.WriteNew(filepath.Join(dir, name), ts, opt); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil

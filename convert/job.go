@@ -50,6 +50,9 @@ type Options struct {
 	MaxShardSize int64  // bytes per shard; 0 = one file
 	Quiet        bool   // no progress summary line on stderr
 	Version      string // sparkconv version, recorded in config and report
+	// Inputs are the other files the conversion reads (calibration
+	// samples, --eval text): Out may not be, hold or lie inside one.
+	Inputs []string
 }
 
 // Job is one conversion in progress: the input model, the output folder
@@ -108,7 +111,7 @@ func start(ctx context.Context, opt Options, scheme string, scan bool) (*Job, er
 		m.Close()
 		return nil, err
 	}
-	d, err := outdir.Create(opt.Out, opt.Force, opt.Model)
+	d, err := outdir.Create(opt.Out, opt.Force, append([]string{opt.Model}, opt.Inputs...)...)
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -213,9 +216,12 @@ func (j *Job) WriteTensors(tensors []safetensors.Tensor, src map[string]string) 
 			}
 		},
 	})
+	if err != nil {
+		return err // no "done" line for work that failed
+	}
 	j.bar.Done(j.Opt.Quiet)
 	j.Report.Files = files
-	return err
+	return nil
 }
 
 // AddTensor records one tensor's result in the report (safe for
@@ -275,25 +281,20 @@ type Report struct {
 	Eval any `json:"eval,omitempty"`
 }
 
-// Rewrite replaces dir's sparkconv-report.json with r (a temporary file
-// beside it, fsynced, renamed over it): how --eval adds its figures to a
-// committed build.
+// Rewrite replaces dir's sparkconv-report.json with r (outdir.File: a
+// temporary file beside it, fsynced, renamed over it, and only over a
+// report sparkconv wrote): how --eval adds its figures to a committed
+// build.
 func (r *Report) Rewrite(dir string) error {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, ReportFile)
-	tmp := path + ".tmp"
-	os.Remove(tmp)
-	if err := safetensors.WriteFileSync(tmp, append(data, '\n')); err != nil {
+	out, err := outdir.NewFile(filepath.Join(dir, ReportFile), true, outdir.SparkconvJSON)
+	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return out.WriteBytes(append(data, '\n'))
 }
 
 // TensorReport is one quantized tensor's fidelity.

@@ -11,13 +11,13 @@ package convert
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"sparkconv/dtype"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/kernels"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
@@ -98,7 +98,7 @@ func OpenWeights(dir string) (forward.Weights, error) {
 }
 
 func rawQuantConfig(dir string) (json.RawMessage, error) {
-	data, err := os.ReadFile(filepath.Join(dir, spark.ConfigFile))
+	data, err := infile.ReadFile(filepath.Join(dir, spark.ConfigFile), infile.ConfigMax)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"sparkconv/dtype"
+	"sparkconv/outdir"
 	"sparkconv/safetensors"
 )
 
@@ -67,9 +68,14 @@ func (b *BaseLogits) Release(w int) { b.f.Release("logprobs." + strconv.Itoa(w))
 // Close unmaps the file.
 func (b *BaseLogits) Close() error { return b.f.Close() }
 
+// BaseOwner is the outdir.Owner of base log-probs files: a safetensors
+// file whose metadata format is this package's.
+var BaseOwner = safetensors.MetadataOwner("format", baseFormat)
+
 // WriteBase runs the base over text's windows and greedy prompts and writes
-// path (atomically; an existing file is replaced only with force).
-func WriteBase(path string, base Model, text *Text, opt Options) error {
+// out (outdir.File's rules: atomic, an existing file replaced only as out
+// allows).
+func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 	windows := text.Windows(opt.Ctx)
 	if windows == 0 {
 		return fmt.Errorf("%s: %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), opt.Ctx)
@@ -123,7 +129,7 @@ func WriteBase(path string, base Model, text *Text, opt Options) error {
 		"format": baseFormat, "ctx": strconv.Itoa(opt.Ctx), "vocab": strconv.Itoa(V),
 		"base": base.Describe(), "source": text.Source,
 	}
-	return safetensors.WriteFile(path, tensors, safetensors.WriteOptions{Metadata: meta}, opt.Force)
+	return safetensors.WriteFile(out, tensors, safetensors.WriteOptions{Metadata: meta})
 }
 
 // baseWindows computes the base's log-probs a batch of windows at a time

@@ -3,10 +3,11 @@ package eval
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -15,17 +16,21 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"sparkconv/convert"
-	"sparkconv/safetensors"
+	"sparkconv/infile"
+	"sparkconv/outdir"
 )
 
 // WriteReport writes r as one self-contained HTML file (inline SVG plots,
 // no scripts, nothing fetched): the statistics, a histogram of the per-token
 // KLD, the mean KLD along the window, the greedy divergence points, and, when
 // the build folder holds a sparkconv-report.json, the weight SNR of every
-// quantized tensor. An existing file is replaced only with force.
-func WriteReport(path string, r *Result, buildDir string, force bool) error {
-	if _, err := os.Lstat(path); err == nil && !force {
-		return fmt.Errorf("%s already exists (use --force to replace it)", path)
+// quantized tensor. The file follows outdir.File's rules: never one of
+// inputs, and an existing file is replaced only with force and only when it
+// is a report sparkconv wrote (ReportOwner).
+func WriteReport(path string, r *Result, buildDir string, force bool, inputs ...string) error {
+	out, err := outdir.NewFile(path, force, ReportOwner, inputs...)
+	if err != nil {
+		return err
 	}
 	var figs []figure
 	add := func(title, caption string, p *plot.Plot, err error) error {
@@ -69,7 +74,26 @@ func WriteReport(path string, r *Result, buildDir string, force bool) error {
 	if err := reportTmpl.Execute(&buf, map[string]any{"R": r, "Rows": statRows(r), "Figs": figs}); err != nil {
 		return err
 	}
-	return safetensors.WriteFileSync(path, buf.Bytes())
+	return out.WriteBytes(buf.Bytes())
+}
+
+// reportHead is how every report WriteReport writes begins.
+const reportHead = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>sparkconv eval: "
+
+// ReportOwner is the outdir.Owner of eval reports: a file that begins as
+// every report sparkconv writes does.
+func ReportOwner(path string) error {
+	f, _, err := infile.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	head := make([]byte, len(reportHead))
+	n, _ := io.ReadFull(f, head)
+	if string(head[:n]) != reportHead {
+		return errors.New("it does not begin as a sparkconv eval report does")
+	}
+	return nil
 }
 
 type figure struct {
@@ -191,7 +215,7 @@ func snrPlot(rep *convert.Report) (*plot.Plot, error) {
 
 // readBuildReport reads the build's sparkconv-report.json, if any.
 func readBuildReport(dir string) (*convert.Report, bool) {
-	data, err := os.ReadFile(filepath.Join(dir, convert.ReportFile))
+	data, err := infile.ReadFile(filepath.Join(dir, convert.ReportFile), infile.ManifestMax)
 	if err != nil {
 		return nil, false
 	}

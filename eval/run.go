@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"time"
+
+	"sparkconv/outdir"
 )
 
 // Options of an evaluation.
@@ -241,27 +243,43 @@ func argmax[T float32 | float64](row []T) int {
 
 // EnsureBase opens the base file at path, computing it first with the
 // model open returns when path is "" (a temporary file, removed by the
-// returned cleanup) or does not exist yet. The base model is closed
-// before the build is loaded, so the two are never in memory together.
-func EnsureBase(path string, open func() (Model, func(), error), text *Text, opt Options, vocab int) (*BaseLogits, func(), error) {
+// returned cleanup), does not exist yet, or opt.Force asks to recompute it.
+// path may not be, lie inside or contain any of inputs (the files and
+// folders the evaluation reads), and Force replaces only a base file
+// sparkconv wrote (BaseOwner). The base model is closed before the build
+// is loaded, so the two are never in memory together.
+func EnsureBase(path string, open func() (Model, func(), error), text *Text, opt Options, vocab int, inputs ...string) (*BaseLogits, func(), error) {
 	cleanup := func() {}
-	exists := false
-	if path == "" {
+	var out *outdir.File
+	var err error
+	switch _, serr := os.Lstat(path); {
+	case path == "":
 		p, rm, err := tempBase()
 		if err != nil {
 			return nil, nil, err
 		}
 		path, cleanup = p, rm
-	} else if _, err := os.Stat(path); err == nil && !opt.Force {
-		exists = true
+		out, err = outdir.NewFile(path, false, BaseOwner)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+	case serr == nil && !opt.Force: // reused: only read
+		if err := outdir.CheckDisjoint(path, inputs...); err != nil {
+			return nil, nil, fmt.Errorf("--base-logits: %w", err)
+		}
+	default:
+		if out, err = outdir.NewFile(path, opt.Force, BaseOwner, inputs...); err != nil {
+			return nil, nil, fmt.Errorf("--base-logits: %w", err)
+		}
 	}
-	if !exists {
+	if out != nil {
 		m, closeBase, err := open()
 		if err != nil {
 			cleanup()
 			return nil, nil, err
 		}
-		err = WriteBase(path, m, text, opt)
+		err = WriteBase(out, m, text, opt)
 		closeBase()
 		if err != nil {
 			cleanup()

@@ -171,8 +171,15 @@ func (m *Model) DecodeLayers(i int, hidden []float32, pos []int, caches []*Layer
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	H := m.Cfg.HiddenSize
 	out, newK, newV = m.decodeAttentionBlock(l, hidden, pos, caches)
+	if err := checkFinite(i, HiddenMid, out, H); err != nil {
+		return nil, nil, nil, err
+	}
 	m.decodeMLPBlock(l, out, B)
+	if err := checkFinite(i, HiddenOut, out, H); err != nil {
+		return nil, nil, nil, err
+	}
 	return out, newK, newV, nil
 }
 

@@ -11,7 +11,9 @@ import (
 // stream of positions 0..T-1, replacing x by the layer's output. It returns
 // the layer's keys after RoPE and its values, each [T, KV, D]. obs, when not
 // nil, sees every intermediate tensor of the layer (see Point). It is the
-// composition of the layer's Stages, in order.
+// composition of the layer's Stages, in order. A NaN or infinity computed
+// at any stage (an overflow) stops it with a NonFiniteError naming the
+// layer and the point.
 func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, value []float32, err error) {
 	s, err := m.Stages(i, obs)
 	if err != nil {
@@ -21,15 +23,28 @@ func (m *Model) ForwardLayer(i int, x []float32, T int, obs Observer) (key, valu
 		return nil, nil, err
 	}
 	c := m.Cfg
-	h := m.scratch("h", T*c.HiddenSize)
+	H, QD, I := c.HiddenSize, c.QDim(), c.IntermediateSize
+	h := m.scratch("h", T*H)
 	s.InputNorm(h, x, T)
-	att := m.scratch("att", T*c.QDim())
+	att := m.scratch("att", T*QD)
 	key, value = s.Attention(att, h, T)
+	if err := firstNonFinite(i, pointData{AttnNorm, h[:T*H], H}, pointData{AttnGated, att[:T*QD], QD}); err != nil {
+		return nil, nil, err
+	}
 	s.AttnOut(x, att, T)
+	if err := firstNonFinite(i, pointData{AttnOut, m.bufs["o"][:T*H], H}, pointData{HiddenMid, x[:T*H], H}); err != nil {
+		return nil, nil, err
+	}
 	s.PostNorm(h, x, T)
-	act := m.scratch("g", T*c.IntermediateSize)
+	act := m.scratch("g", T*I)
 	s.MLPAct(act, h, T)
+	if err := firstNonFinite(i, pointData{MLPNorm, h[:T*H], H}, pointData{MLPAct, act[:T*I], I}); err != nil {
+		return nil, nil, err
+	}
 	s.MLPOut(x, act, T)
+	if err := firstNonFinite(i, pointData{MLPOut, m.bufs["o"][:T*H], H}, pointData{HiddenOut, x[:T*H], H}); err != nil {
+		return nil, nil, err
+	}
 	return key, value, nil
 }
 

@@ -476,7 +476,13 @@ func (m *Model) Logits(fn []float32, T int) ([]float32, error) {
 			copy(logits[t*V+v0:t*V+v1], blk[t*nb:(t+1)*nb])
 		}
 	})
-	return logits, err
+	if err == nil {
+		err = firstNonFinite(ModelLevel, pointData{FinalNorm, fn[:T*m.Cfg.HiddenSize], m.Cfg.HiddenSize}, pointData{Logits, logits, V})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return logits, nil
 }
 
 // gelu applies the MLP activation of the config in place on all cores.

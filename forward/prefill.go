@@ -100,7 +100,13 @@ func (m *Model) observedLogits(fn []float32, T int, obs Observer) ([]float32, er
 			copy(logits[t*V+v0:t*V+v1], blk[t*nb:(t+1)*nb])
 		}
 	})
-	return logits, err
+	if err == nil {
+		err = firstNonFinite(ModelLevel, pointData{FinalNorm, fn[:T*m.Cfg.HiddenSize], m.Cfg.HiddenSize}, pointData{Logits, logits, V})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return logits, nil
 }
 
 // Tensors returns the result under the names, shapes and meaning of

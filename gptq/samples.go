@@ -3,7 +3,6 @@ package gptq
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/bits"
@@ -13,7 +12,6 @@ import (
 	"sparkconv/calib"
 	"sparkconv/fixtures"
 	"sparkconv/infile"
-	"sparkconv/tokenizer"
 )
 
 // EmbeddedCorpus names the calibration text built into the binary
@@ -30,8 +28,8 @@ const (
 	// corpus on a vocabulary the size of Spark's.
 	DefaultBudget = 8192
 	DefaultSeqLen = 512
-	// MinTokens is the fewest calibration tokens accepted.
-	MinTokens = 128
+	// MinTokens is the fewest calibration tokens accepted (calib's rule).
+	MinTokens = calib.MinTokens
 )
 
 // texts reads the samples files (calib's formats; none: the embedded
@@ -125,61 +123,4 @@ func hashFile(h io.Writer, path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
-}
-
-// unkID is the unknown token (model.unk_token) of the tokenizer.json
-// data, or -1.
-func unkID(data []byte, tok *tokenizer.Tokenizer) int {
-	var v struct {
-		Model struct {
-			UnkToken *string `json:"unk_token"`
-		} `json:"model"`
-	}
-	if json.Unmarshal(data, &v) != nil || v.Model.UnkToken == nil {
-		return -1
-	}
-	if id, ok := tok.TokenToID(*v.Model.UnkToken); ok {
-		return id
-	}
-	return -1
-}
-
-// Limits on what calibration text is accepted (checkTokens).
-const (
-	maxUnkShare  = 0.5  // refuse above
-	warnUnkShare = 0.05 // warn above
-	minDistinct  = 64   // refuse below (or below a quarter of a tiny vocabulary)
-)
-
-// checkTokens refuses calibration text that calibrates nothing: mostly the
-// unknown token, or a handful of distinct ids (GPTQ on it is worse than
-// round to nearest on real text). It returns a warning for a noticeable
-// share of unknown tokens.
-func checkTokens(chunks []calib.Chunk, unk, vocab int) (string, error) {
-	seen := map[int]bool{}
-	var total, unks int
-	for _, c := range chunks {
-		for _, id := range c.IDs {
-			seen[id] = true
-			total++
-			if id == unk {
-				unks++
-			}
-		}
-	}
-	if total < MinTokens {
-		return "", fmt.Errorf("the calibration text gives %d tokens, fewer than the %d needed: add samples", total, MinTokens)
-	}
-	share := float64(unks) / float64(total)
-	if share > maxUnkShare {
-		return "", fmt.Errorf("%.0f%% of the %d calibration tokens are the unknown token: the model's tokenizer does not cover this text, and GPTQ on it would be worse than round to nearest (--rtn)", 100*share, total)
-	}
-	need := min(minDistinct, vocab/4)
-	if len(seen) < need {
-		return "", fmt.Errorf("the %d calibration tokens hold only %d distinct ids (at least %d needed): text this repetitive calibrates nothing; use varied text like the model's real input", total, len(seen), need)
-	}
-	if share > warnUnkShare {
-		return fmt.Sprintf("%.1f%% of the calibration tokens are the unknown token", 100*share), nil
-	}
-	return "", nil
 }

@@ -179,7 +179,7 @@ func (r *run) prepare() error {
 		return err
 	}
 	r.chunks = selectChunks(all, c.Budget, c.SeqLen)
-	warn, err := checkTokens(r.chunks, unkID(tokJSON, tok), cfg.VocabSize)
+	warn, err := calib.CheckTokens(r.chunks, calib.UnkID(tokJSON, tok), cfg.VocabSize)
 	if err != nil {
 		return err
 	}

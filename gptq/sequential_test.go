@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"sparkconv/calib"
 	"sparkconv/convert"
 	"sparkconv/fixtures"
 	"sparkconv/fixtures/fixturestest"
@@ -253,34 +252,6 @@ func TestRefusedText(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
 		t.Errorf("left %v", entries)
-	}
-}
-
-// TestCheckTokens: the unknown-token share and distinct-id limits.
-func TestCheckTokens(t *testing.T) {
-	ids := func(n int, f func(i int) int) []int {
-		out := make([]int, n)
-		for i := range out {
-			out[i] = f(i)
-		}
-		return out
-	}
-	cases := []struct {
-		name     string
-		ids      []int
-		warn, ok bool
-	}{
-		{"varied", ids(1000, func(i int) int { return i % 500 }), false, true},
-		{"few ids", ids(1000, func(i int) int { return i % 10 }), false, false},
-		{"mostly unk", ids(1000, func(i int) int { return map[bool]int{true: 0, false: i}[i%4 != 0] }), false, false},
-		{"some unk", ids(1000, func(i int) int { return map[bool]int{true: 0, false: 1 + i}[i%10 == 0] }), true, true},
-		{"too short", ids(100, func(i int) int { return i }), false, false},
-	}
-	for _, c := range cases {
-		warn, err := checkTokens([]calib.Chunk{{IDs: c.ids}}, 0, 4096)
-		if (err == nil) != c.ok || (warn != "") != c.warn {
-			t.Errorf("%s: warn %q, err %v", c.name, warn, err)
-		}
 	}
 }
 

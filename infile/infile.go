@@ -22,6 +22,8 @@ const (
 	IndexMax     = 64 << 20  // model.safetensors.index.json (real: ~30 KB to ~2 MB)
 	TokenizerMax = 512 << 20 // tokenizer.json (real: 2 to 30 MB)
 	ManifestMax  = 64 << 20  // an export's manifest.json
+	TextMax      = 1 << 30   // samples text and token-id files (real: KB to a few hundred MB)
+	CPUInfoMax   = 16 << 20  // a /proc/cpuinfo text (real: ~1 KB per core)
 )
 
 // Open opens path for reading. It refuses anything but a regular file
@@ -87,7 +89,10 @@ func ReadStamped(path string, max int64) ([]byte, Stamp, error) {
 	if st.Size() > max {
 		return nil, Stamp{}, fmt.Errorf("%s: %d bytes, larger than the %s any real file of its kind needs", path, st.Size(), human(max))
 	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	// One buffer of the stated size (plus one byte to see growth): no
+	// doubling copies, so a file near the cap costs its size in memory.
+	data := make([]byte, 0, st.Size()+1)
+	data, err = readAllInto(data, io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, Stamp{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -95,6 +100,24 @@ func ReadStamped(path string, max int64) ([]byte, Stamp, error) {
 		return nil, Stamp{}, fmt.Errorf("%s: grew past %s while being read", path, human(max))
 	}
 	return data, StampOf(path, st), nil
+}
+
+// readAllInto is io.ReadAll appending to buf (whose capacity is the
+// expected size), growing it only for a file longer than stated.
+func readAllInto(buf []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 func human(n int64) string {

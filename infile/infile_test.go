@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,5 +88,24 @@ func TestStampSeesChanges(t *testing.T) {
 	os.Remove(p)
 	if err := s.Check(); !errors.Is(err, ErrChanged) {
 		t.Errorf("removed: %v", err)
+	}
+}
+
+// TestReadFileOneBuffer: a file is read into one buffer of its size, not
+// grown by doubling (a 500 MB file once cost 1.26 GB resident).
+func TestReadFileOneBuffer(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(p, make([]byte, 32<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	data, err := ReadFile(p, 64<<20)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(data) != 32<<20 {
+		t.Fatalf("%d bytes, %v", len(data), err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 33<<20 {
+		t.Errorf("reading 32 MiB allocated %d bytes", grew)
 	}
 }

@@ -147,6 +147,52 @@ func ReadManifest(dir string) (*Manifest, error) {
 	return m, nil
 }
 
+// ReadVerified reads dir's manifest and checks every file it lists
+// against the sha256 it records (CheckFiles): what every reader of an
+// export calls first, so a changed or corrupt graph is refused by name
+// before ONNX Runtime or a parser sees it.
+func ReadVerified(dir string) (*Manifest, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	dirOf := map[string]string{}
+	for _, g := range m.Graphs {
+		dirOf[g.File] = dir
+	}
+	if err := CheckFiles(m, dirOf); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// CheckFiles compares each graph file (and its external data file) of the
+// export with the sha256 its manifest records, before anything parses it;
+// dirOf gives each graph file's folder. It names every file that differs.
+func CheckFiles(man *Manifest, dirOf map[string]string) error {
+	var bad []string
+	for _, g := range man.Graphs {
+		dir := dirOf[g.File]
+		check := func(file, want string) {
+			h, err := onnxio.HashFile(filepath.Join(dir, file))
+			switch {
+			case err != nil:
+				bad = append(bad, fmt.Sprintf("%s: %v", filepath.Join(dir, file), err))
+			case h.SHA256 != want:
+				bad = append(bad, fmt.Sprintf("%s: sha256 %s..., the manifest says %s...", filepath.Join(dir, file), h.SHA256[:12], want[:min(12, len(want))]))
+			}
+		}
+		check(g.File, g.SHA256)
+		if g.ExternalData != nil {
+			check(g.ExternalData.Name, g.ExternalData.SHA256)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%d files do not match their manifest (changed after the export wrote them; export again): %s", len(bad), strings.Join(bad, "; "))
+	}
+	return nil
+}
+
 var sha256Re = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // ParseManifest parses manifest JSON and checks what the contract makes

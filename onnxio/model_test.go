@@ -150,7 +150,7 @@ func TestWriteFile(t *testing.T) {
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, want) {
 		t.Error("refused write changed the file")
 	}
-	if _, err := WriteFile(path, Model{Proto: other}, WriteOptions{Force: true}); err != nil {
+	if _, err := WriteFile(path, Model{Proto: other}, WriteOptions{Force: true, Owner: func(string) error { return nil }}); err != nil {
 		t.Fatal(err)
 	}
 	back, err := ReadModelFile(path)

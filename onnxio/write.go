@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"sparkconv/infile"
 	"sparkconv/onnxpb"
 	"sparkconv/outdir"
 
@@ -248,9 +249,14 @@ type WriteOptions struct {
 	ExternalThreshold int64
 	// MinExternal is the smallest initializer moved out; 0 means 1024.
 	MinExternal int64
-	// Force replaces existing files; without it an existing file is an
-	// error naming it.
+	// Force replaces existing files Owner recognises; without it an
+	// existing file is an error naming it.
 	Force bool
+	// Owner recognises a file Force may replace (nil: none).
+	Owner outdir.Owner
+	// Inputs are the files and folders the command reads: the output may
+	// not be, lie inside or contain one.
+	Inputs []string
 }
 
 // FileInfo describes one written file.
@@ -307,13 +313,13 @@ func WriteFile(path string, m Model, opt WriteOptions) (FileInfo, error) {
 	}
 	var extInfo *FileInfo
 	if ext != nil {
-		ei, err := writeAtomic(path+".data", opt.Force, func(w io.Writer) error { return m.writeExternal(w, ext) })
+		ei, err := writeAtomic(path+".data", opt, func(w io.Writer) error { return m.writeExternal(w, ext) })
 		if err != nil {
 			return FileInfo{}, err
 		}
 		extInfo = &ei
 	}
-	info, err := writeAtomic(path, opt.Force, func(w io.Writer) error { return writeSegments(w, segs) })
+	info, err := writeAtomic(path, opt, func(w io.Writer) error { return writeSegments(w, segs) })
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -357,78 +363,37 @@ func (c *countingHash) Write(p []byte) (int, error) {
 }
 
 // writeAtomic fills a temporary file beside path through a buffered,
-// hashing writer, fsyncs it and its folder, and renames it to path. An
-// existing path is replaced only with force.
-func writeAtomic(path string, force bool, fill func(io.Writer) error) (FileInfo, error) {
-	if err := checkTarget(path, force); err != nil {
+// hashing writer and puts it in place under outdir.File's rules (fsync,
+// rename, an existing path replaced only with Force and only when Owner
+// recognises it, never one of Inputs).
+func writeAtomic(path string, opt WriteOptions, fill func(io.Writer) error) (FileInfo, error) {
+	out, err := outdir.NewFile(path, opt.Force, opt.Owner, opt.Inputs...)
+	if err != nil {
 		return FileInfo{}, err
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".sparkconv-tmp-*")
-	if err != nil {
-		return FileInfo{}, fmt.Errorf("writing %s: %w", path, err)
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
 	h := sha256.New()
-	bw := outdir.NewStream(tmp, h) // hashed on its own goroutine, flushed as it goes
-	if err = fill(bw); err == nil {
-		err = bw.Close()
-	} else {
-		bw.Discard()
-	}
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return FileInfo{}, fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := checkTarget(path, force); err != nil { // it may have appeared meanwhile
-		return FileInfo{}, err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return FileInfo{}, err
-	}
-	done = true
-	if d, err := os.Open(dir); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return FileInfo{}, fmt.Errorf("fsync %s: %w", dir, err)
+	var size int64
+	err = out.Write(func(f *os.File) error {
+		bw := outdir.NewStream(f, h) // hashed on its own goroutine, flushed as it goes
+		if err := fill(bw); err != nil {
+			bw.Discard()
+			return fmt.Errorf("writing %s: %w", path, err)
 		}
-	}
-	return FileInfo{Name: base, Size: bw.Size(), SHA256: hex.EncodeToString(h.Sum(nil))}, nil
-}
-
-func checkTarget(path string, force bool) error {
-	st, err := os.Stat(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
+		size = bw.Size()
+		if err := bw.Close(); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
 		return nil
-	case err != nil:
-		return err
-	case st.IsDir():
-		return fmt.Errorf("%s is a folder", path)
-	case !force:
-		return fmt.Errorf("%s already exists (use --force to replace it)", path)
+	})
+	if err != nil {
+		return FileInfo{}, err
 	}
-	return nil
+	return FileInfo{Name: filepath.Base(path), Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // HashFile returns the size and SHA-256 of a file.
 func HashFile(path string) (FileInfo, error) {
-	f, err := os.Open(path)
+	f, _, err := infile.Open(path)
 	if err != nil {
 		return FileInfo{}, err
 	}

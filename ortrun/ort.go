@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"sparkconv/infile"
 	"sparkconv/onnxgraph"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -65,7 +66,7 @@ func FindORTLib(flagPath string) (string, error) {
 // sparkconv ("" when none).
 func repoRoot(dir string) string {
 	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		data, err := infile.ReadFile(filepath.Join(dir, "go.mod"), infile.ConfigMax)
 		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module sparkconv")) {
 			return dir
 		}

@@ -53,7 +53,7 @@ type StepTrace struct {
 
 // OpenRunner loads every graph of the export in dir.
 func OpenRunner(dir string, opt RunnerOptions) (*Runner, error) {
-	man, err := onnxgraph.ReadManifest(dir)
+	man, err := onnxgraph.ReadVerified(dir)
 	if err != nil {
 		return nil, err
 	}

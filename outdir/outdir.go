@@ -42,32 +42,36 @@ type Dir struct {
 	target string
 	tmp    string
 	force  bool
+	owner  Owner
 	done   bool
 }
 
 // Create starts building the folder target. It refuses an existing target
-// unless force is set, refuses a target that overlaps any of inputs (files
-// or folders the command reads), completes or undoes a replace that a
-// killed run left half done, and removes temporary folders that earlier
-// killed runs left beside it.
+// unless force is set, and with force one that is not a folder
+// SparkconvFolder recognises; it refuses a target that overlaps any of
+// inputs (files or folders the command reads), completes or undoes a
+// replace that a killed run left half done, and removes temporary folders
+// that earlier killed runs left beside it.
 func Create(target string, force bool, inputs ...string) (*Dir, error) {
-	if target == "" {
-		return nil, errors.New("output folder not given")
-	}
-	target = filepath.Clean(target)
-	if err := CheckDisjoint(target, inputs...); err != nil {
+	return CreateOwned(target, force, SparkconvFolder, inputs...)
+}
+
+// CreateOwned is Create with the Owner that recognises a folder --force
+// may replace.
+func CreateOwned(target string, force bool, owner Owner, inputs ...string) (*Dir, error) {
+	target, err := checkPlace("output folder", target, inputs)
+	if err != nil {
 		return nil, err
 	}
 	parent := filepath.Dir(target)
-	if st, err := os.Stat(parent); err != nil {
-		return nil, fmt.Errorf("output parent folder: %w", err)
-	} else if !st.IsDir() {
-		return nil, fmt.Errorf("output parent %s is not a folder", parent)
-	}
 	recoverStale(parent, filepath.Base(target))
 	if _, err := os.Lstat(target); err == nil && !force {
 		return nil, fmt.Errorf("%s already exists (use --force to replace it)", target)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+	} else if err == nil {
+		if err := checkReplace(target, true, owner); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	tmp, err := os.MkdirTemp(parent, prefix(target, tmpTag))
@@ -78,19 +82,40 @@ func Create(target string, force bool, inputs ...string) (*Dir, error) {
 		os.Remove(tmp)
 		return nil, err
 	}
-	d := &Dir{target: target, tmp: tmp, force: force}
+	d := &Dir{target: target, tmp: tmp, force: force, owner: owner}
 	writing.Lock()
 	writing.dirs[d] = true
 	writing.Unlock()
 	return d, nil
 }
 
+// checkPlace cleans target and refuses it when it is empty, overlaps
+// one of inputs, or its parent is not a folder: what every output, a
+// folder or a file, must pass before any work.
+func checkPlace(what, target string, inputs []string) (string, error) {
+	if target == "" {
+		return "", fmt.Errorf("%s not given", what)
+	}
+	target = filepath.Clean(target)
+	if err := CheckDisjoint(target, inputs...); err != nil {
+		return "", err
+	}
+	parent := filepath.Dir(target)
+	if st, err := os.Stat(parent); err != nil {
+		return "", fmt.Errorf("output parent folder: %w", err)
+	} else if !st.IsDir() {
+		return "", fmt.Errorf("output parent %s is not a folder", parent)
+	}
+	return target, nil
+}
+
 // writing holds the folders this process is writing: created, not yet
 // being committed, not aborted.
 var writing = struct {
 	sync.Mutex
-	dirs map[*Dir]bool
-}{dirs: map[*Dir]bool{}}
+	dirs  map[*Dir]bool
+	files map[string]bool // temporary files of File.Write
+}{dirs: map[*Dir]bool{}, files: map[string]bool{}}
 
 func (d *Dir) stopWriting() {
 	writing.Lock()
@@ -110,6 +135,10 @@ func AbortWriting() {
 	for d := range writing.dirs {
 		_ = os.RemoveAll(d.tmp)
 		delete(writing.dirs, d)
+	}
+	for name := range writing.files {
+		_ = os.Remove(name)
+		delete(writing.files, name)
 	}
 }
 
@@ -271,6 +300,9 @@ func (d *Dir) Commit() error {
 	if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
 		if !d.force {
 			return fmt.Errorf("%s appeared while writing; not replacing it", d.target)
+		}
+		if err := checkReplace(d.target, true, d.owner); err != nil {
+			return err
 		}
 		err = d.replace()
 	}

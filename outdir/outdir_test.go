@@ -31,7 +31,7 @@ func TestCreateCommitAbort(t *testing.T) {
 		t.Fatalf("second Create without force: %v", err)
 	}
 
-	d, err = Create(target, true)
+	d, err = CreateOwned(target, true, anyFolder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestCreateCommitAbort(t *testing.T) {
 		t.Fatal("abort touched the existing output")
 	}
 
-	d, _ = Create(target, true)
+	d, _ = CreateOwned(target, true, anyFolder)
 	os.WriteFile(d.Join("b.txt"), []byte("two"), 0o644)
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func TestForceExchangesAtomically(t *testing.T) {
 	parent := t.TempDir()
 	target := filepath.Join(parent, "out")
 	for i, content := range []string{"one", "two", "three"} {
-		d, err := Create(target, i > 0)
+		d, err := CreateOwned(target, i > 0, anyFolder)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func TestRacingForceWriters(t *testing.T) {
 	const n = 8
 	dirs := make([]*Dir, n)
 	for i := range dirs {
-		d, err := Create(target, true)
+		d, err := CreateOwned(target, true, anyFolder)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestTwoStepRecovers(t *testing.T) {
 		d, _ := Create(target, false)
 		write(t, d, "f", "old")
 		d.Commit()
-		d, _ = Create(target, true)
+		d, _ = CreateOwned(target, true, anyFolder)
 		write(t, d, "f", "new")
 		crashed := errors.New("crash")
 		crashAt = func(step string) error {
@@ -179,7 +179,7 @@ func TestTwoStepRecovers(t *testing.T) {
 					os.Rename(filepath.Join(parent, n), filepath.Join(parent, dead))
 				}
 			}
-			next, err := Create(target, true)
+			next, err := CreateOwned(target, true, anyFolder)
 			if err != nil {
 				t.Fatal(err)
 			}

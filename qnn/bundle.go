@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"sparkconv/infile"
 	"sparkconv/onnxeval"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
@@ -212,7 +213,7 @@ func (res *GraphResult) write(out, src string, e onnxgraph.GraphEntry, enc *Enco
 }
 
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+	in, _, err := infile.Open(src)
 	if err != nil {
 		return err
 	}

@@ -227,3 +227,23 @@ func cacheFeeds(lc *forward.LayerCache, li onnxgraph.LayerInfo, p int, mv float3
 	}
 	return st.Feeds(onnxgraph.Float32, p, mv, sfx)
 }
+
+// CheckTextLength is the rule on how long a bundle's calibration text must
+// be: its tokens must fill the export's context (positions 0 .. context-1,
+// so the positions it encodes are all reached, past the sliding window
+// where the ring caches wrap). A shorter text is an error naming the
+// numbers, or with allowShort a warning with the same numbers.
+func CheckTextLength(tokens, context, window int, allowShort bool) (warn string, err error) {
+	if tokens >= context {
+		return "", nil
+	}
+	past := fmt.Sprintf("never passes the sliding window of %d", window)
+	if window > 0 && tokens > window {
+		past = fmt.Sprintf("passes the sliding window of %d", window)
+	}
+	msg := fmt.Sprintf("the calibration text gives %d tokens, fewer than the export's context of %d: positions %d..%d are never observed, and the text %s", tokens, context, tokens, context-1, past)
+	if allowShort {
+		return msg + "; the ranges of those positions are extrapolated", nil
+	}
+	return "", fmt.Errorf("%s; give longer --samples (or --allow-short to bundle it anyway)", msg)
+}

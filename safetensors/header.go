@@ -19,6 +19,7 @@ import (
 	"sort"
 
 	"sparkconv/dtype"
+	"sparkconv/infile"
 )
 
 // MaxHeaderSize is the largest JSON header accepted (100 MB), as the
@@ -207,4 +208,26 @@ func checkLayout(h *Header, dataSize int64) error {
 		return fmt.Errorf("data section is %d bytes but tensors cover %d", dataSize, pos)
 	}
 	return nil
+}
+
+// MetadataOwner is an outdir.Owner accepting a safetensors file whose
+// header metadata holds key = value: how a file sparkconv wrote (an eval
+// base file, a forward dump) is told from any other before --force
+// replaces it.
+func MetadataOwner(key, value string) func(path string) error {
+	return func(path string) error {
+		f, st, err := infile.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		h, err := ReadHeader(f, st.Size())
+		if err != nil {
+			return fmt.Errorf("not a safetensors file: %v", err)
+		}
+		if got := h.Metadata[key]; got != value {
+			return fmt.Errorf("its safetensors metadata %s is %q, not %q", key, got, value)
+		}
+		return nil
+	}
 }

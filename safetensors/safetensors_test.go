@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"sparkconv/dtype"
+	"sparkconv/outdir"
 )
 
 // file builds safetensors bytes from a header text and a data section.
@@ -234,16 +235,31 @@ func TestWriteFileAtomic(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.safetensors")
 	one := []Tensor{{Name: "a", DType: dtype.F32, Shape: []int64{1}, Produce: func() ([]byte, error) { return []byte{0, 0, 128, 63}, nil }}}
-	if err := WriteFile(p, one, WriteOptions{}, false); err != nil {
+	owner := MetadataOwner("producer", "test")
+	meta := WriteOptions{Metadata: map[string]string{"producer": "test"}}
+	write := func(ts []Tensor, force bool) error {
+		out, err := outdir.NewFile(p, force, owner)
+		if err != nil {
+			return err
+		}
+		return WriteFile(out, ts, meta)
+	}
+	if err := write(one, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteFile(p, one, WriteOptions{}, false); err == nil || !strings.Contains(err.Error(), "--force") {
+	if err := write(one, false); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("second write without force: %v", err)
 	}
 	failing := []Tensor{{Name: "b", DType: dtype.F32, Shape: []int64{1}, Produce: func() ([]byte, error) { return nil, os.ErrInvalid }}}
-	if err := WriteFile(p, failing, WriteOptions{}, true); err == nil || !strings.Contains(err.Error(), `tensor "b"`) {
+	if err := write(failing, true); err == nil || !strings.Contains(err.Error(), `tensor "b"`) {
 		t.Errorf("failing tensor: %v", err)
 	}
+	foreign := filepath.Join(dir, "foreign.safetensors")
+	os.WriteFile(foreign, []byte("not safetensors"), 0o644)
+	if _, err := outdir.NewFile(foreign, true, owner); err == nil || !strings.Contains(err.Error(), "not written by sparkconv") {
+		t.Errorf("--force over a foreign file: %v", err)
+	}
+	os.Remove(foreign)
 	f, err := OpenFile(p)
 	if err != nil {
 		t.Fatal(err)

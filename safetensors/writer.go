@@ -269,6 +269,15 @@ func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
 		return err
 	}
 	defer f.Close()
+	if err := writeTo(f, path, tensors, opt); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// writeTo writes tensors into f, a new empty file (named path in errors),
+// and fsyncs it.
+func writeTo(f *os.File, path string, tensors []Tensor, opt WriteOptions) error {
 	bw := outdir.NewStream(f, nil)
 	defer bw.Discard() // after Close, a no-op
 	sink := &errSink{w: bw}
@@ -298,7 +307,7 @@ func writeFile(path string, tensors []Tensor, opt WriteOptions) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	sink.finish()
-	return f.Close()
+	return nil
 }
 
 // WriteFileSync creates path (which must not exist), writes data and fsyncs.
@@ -318,27 +327,14 @@ func WriteFileSync(path string, data []byte) error {
 	return f.Close()
 }
 
-// WriteFile writes tensors as one safetensors file at path, atomically: a
-// temporary file beside it is written, fsynced and renamed into place. An
-// existing path is replaced only when force is set.
-func WriteFile(path string, tensors []Tensor, opt WriteOptions, force bool) error {
-	if _, err := os.Lstat(path); err == nil && !force {
-		return fmt.Errorf("%s already exists (use --force to replace it)", path)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
-	tmp.Close()
-	os.Remove(name) // writeFile creates it exclusively
-	if err := writeFile(name, tensors, opt); err != nil {
-		os.Remove(name)
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		os.Remove(name)
-		return err
-	}
-	return nil
+// WriteFile writes tensors as the safetensors file out: under a temporary
+// name beside it, fsynced and renamed into place (outdir.File's rules).
+func WriteFile(out *outdir.File, tensors []Tensor, opt WriteOptions) error {
+	return out.Write(func(f *os.File) error { return writeTo(f, out.Target(), tensors, opt) })
+}
+
+// WriteNew writes tensors as the new file path inside a folder under
+// construction (an outdir.Dir), which must not exist yet.
+func WriteNew(path string, tensors []Tensor, opt WriteOptions) error {
+	return writeFile(path, tensors, opt)
 }

@@ -4,11 +4,13 @@
 package spark
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sparkconv/infile"
@@ -127,11 +129,18 @@ type rawConfig struct {
 	QuantizationConfig    *struct {
 		QuantMethod string `json:"quant_method"`
 	} `json:"quantization_config"`
+	RopeScaling json.RawMessage `json:"rope_scaling"`
+	TorchDtype  json.RawMessage `json:"torch_dtype"`
+	Dtype       json.RawMessage `json:"dtype"`
+	BosTokenID  json.RawMessage `json:"bos_token_id"`
+	EosTokenID  json.RawMessage `json:"eos_token_id"`
+	PadTokenID  json.RawMessage `json:"pad_token_id"`
 }
 
 type rope struct {
-	Theta   *float64 `json:"rope_theta"`
-	Partial *float64 `json:"partial_rotary_factor"`
+	Theta   *float64        `json:"rope_theta"`
+	Partial *float64        `json:"partial_rotary_factor"`
+	Type    json.RawMessage `json:"rope_type"`
 }
 
 // ParseConfig parses config.json text. Every problem found is reported at
@@ -212,6 +221,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		errs = append(errs, fmt.Errorf("field sliding_window = %d, must be <= %d", c.SlidingWindow, MaxPositions))
 	}
 	errs = append(errs, c.parseRoPE(&r)...)
+	errs = append(errs, checkMath(&r, c.VocabSize)...)
 	if q := r.QuantizationConfig; q != nil {
 		c.QuantMethod = q.QuantMethod
 		if c.QuantMethod == "" {
@@ -222,6 +232,76 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// floatDtypes are the torch_dtype values of a float checkpoint.
+var floatDtypes = []string{"bfloat16", "float16", "float32"}
+
+// checkMath refuses the fields that would change the model's math in a
+// way sparkconv does not implement, each naming the field and its value:
+// any rope_scaling (the Spark-X2.5 family uses none; ignoring one would
+// make every output silently wrong), a torch_dtype (or dtype) that is not
+// a float type, and bos/eos/pad token ids outside [0, vocab_size).
+func checkMath(r *rawConfig, vocab int) []error {
+	var errs []error
+	if present(r.RopeScaling) {
+		errs = append(errs, fmt.Errorf("field rope_scaling = %s: RoPE scaling is not implemented (the Spark-X2.5 family uses none); refusing rather than ignoring it", compact(r.RopeScaling)))
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"torch_dtype", r.TorchDtype}, {"dtype", r.Dtype}} {
+		if !present(f.raw) {
+			continue
+		}
+		var s string
+		if json.Unmarshal(f.raw, &s) != nil || !slices.Contains(floatDtypes, s) {
+			errs = append(errs, fmt.Errorf("field %s = %s, want one of %s", f.name, compact(f.raw), strings.Join(floatDtypes, ", ")))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"bos_token_id", r.BosTokenID}, {"eos_token_id", r.EosTokenID}, {"pad_token_id", r.PadTokenID}} {
+		if !present(f.raw) {
+			continue
+		}
+		var one int64
+		var list []int64
+		ids := []int64{}
+		if json.Unmarshal(f.raw, &one) == nil {
+			ids = append(ids, one)
+		} else if json.Unmarshal(f.raw, &list) == nil {
+			ids = list
+		} else {
+			errs = append(errs, fmt.Errorf("field %s = %s, want a token id or a list of them", f.name, compact(f.raw)))
+			continue
+		}
+		for _, id := range ids {
+			if vocab > 0 && (id < 0 || id >= int64(vocab)) {
+				errs = append(errs, fmt.Errorf("field %s = %s: token id %d is outside the vocabulary [0, %d)", f.name, compact(f.raw), id, vocab))
+				break
+			}
+		}
+	}
+	return errs
+}
+
+// present reports whether a raw JSON field is given and not null.
+func present(raw json.RawMessage) bool {
+	return len(raw) > 0 && string(raw) != "null"
+}
+
+// compact is a raw JSON value on one line, cut to a readable length.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	if s := b.String(); len(s) > 120 {
+		return s[:117] + "..."
+	}
+	return b.String()
 }
 
 func (c *Config) parseLayerTypes(types []string) []error {
@@ -237,7 +317,7 @@ func (c *Config) parseLayerTypes(types []string) []error {
 		return nil
 	}
 	var errs []error
-	if len(types) != c.NumLayers {
+	if c.NumLayers > 0 && len(types) != c.NumLayers { // 0: num_hidden_layers itself was refused
 		errs = append(errs, fmt.Errorf("field layer_types has %d entries, num_hidden_layers is %d", len(types), c.NumLayers))
 	}
 	for i, t := range types {
@@ -275,6 +355,11 @@ func (c *Config) parseRoPE(r *rawConfig) []error {
 		}
 		if p := r.RopeParameters[string(Sliding)]; p != nil {
 			sliding = *p
+		}
+		for _, lt := range []LayerType{Full, Sliding} {
+			if p := r.RopeParameters[string(lt)]; p != nil && present(p.Type) && string(p.Type) != `"default"` {
+				errs = append(errs, fmt.Errorf("field rope_parameters.%s.rope_type = %s: only \"default\" RoPE is implemented (the Spark-X2.5 family uses no scaling)", lt, compact(p.Type)))
+			}
 		}
 	}
 	fullField, slidingField := "rope_theta", "sliding_rope_theta"

@@ -58,6 +58,23 @@ func TestConfigErrors(t *testing.T) {
 		{"gqa", `,"sliding_window":8,"num_key_value_heads":3`, "num_key_value_heads"},
 		{"model type", `,"sliding_window":8,"model_type":"llama"`, "model_type"},
 		{"odd rotary", `,"sliding_window":8,"sliding_partial_rotary_factor":0.3`, "even integer"},
+		// fields that change the math, refused naming field and value
+		{"rope_scaling yarn", `,"sliding_window":8,"rope_scaling":{"rope_type":"yarn","factor":4.0}`, `field rope_scaling = {"rope_type":"yarn","factor":4.0}: RoPE scaling is not implemented`},
+		{"rope_scaling any word", `,"sliding_window":8,"rope_scaling":{"type":"word"}`, `field rope_scaling = {"type":"word"}`},
+		{"rope_scaling default", `,"sliding_window":8,"rope_scaling":{"rope_type":"default"}`, `field rope_scaling = {"rope_type":"default"}`},
+		{"rope_scaling null", `,"sliding_window":8,"rope_scaling":null`, ""},
+		{"nested rope_type", `,"sliding_window":8,"rope_theta":null,"sliding_rope_theta":null,"rope_parameters":{"full_attention":{"rope_theta":5e6,"partial_rotary_factor":0.25,"rope_type":"linear"},"sliding_attention":{"rope_theta":1e4,"rope_type":"default"}}`, `field rope_parameters.full_attention.rope_type = "linear"`},
+		{"nested rope_type default", `,"sliding_window":8,"rope_theta":null,"sliding_rope_theta":null,"rope_parameters":{"full_attention":{"rope_theta":5e6,"partial_rotary_factor":0.25,"rope_type":"default"},"sliding_attention":{"rope_theta":1e4}}`, ""},
+		{"unknown act", `,"sliding_window":8,"hidden_act":"gelu_new"`, `field hidden_act = "gelu_new"`},
+		{"torch_dtype float8", `,"sliding_window":8,"torch_dtype":"float8"`, `field torch_dtype = "float8", want one of bfloat16, float16, float32`},
+		{"torch_dtype int8", `,"sliding_window":8,"torch_dtype":"int8"`, `field torch_dtype = "int8"`},
+		{"dtype number", `,"sliding_window":8,"dtype":16`, `field dtype = 16`},
+		{"torch_dtype float32", `,"sliding_window":8,"torch_dtype":"float32","dtype":"bfloat16"`, ""},
+		{"bos outside vocab", `,"sliding_window":8,"bos_token_id":99999`, "field bos_token_id = 99999: token id 99999 is outside the vocabulary [0, 512)"},
+		{"eos negative", `,"sliding_window":8,"eos_token_id":-1`, "field eos_token_id = -1: token id -1 is outside the vocabulary [0, 512)"},
+		{"eos list", `,"sliding_window":8,"eos_token_id":[1,512]`, "field eos_token_id = [1,512]: token id 512 is outside"},
+		{"pad word", `,"sliding_window":8,"pad_token_id":"x"`, `field pad_token_id = "x", want a token id`},
+		{"ids in vocab", `,"sliding_window":8,"bos_token_id":0,"eos_token_id":[1,511],"pad_token_id":null`, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,18 +164,22 @@ func TestCheckTensorsListsEverything(t *testing.T) {
 	}
 	var tensors []safetensors.Tensor
 	for _, s := range c.Tensors() {
-		shape := s.Shape
+		shape, dt := s.Shape, dtype.BF16
 		switch s.Name {
-		case LayerWeight(1, OProj):
+		case LayerWeight(1, OProj), LayerWeight(3, MLPUp):
 			continue // missing
 		case LayerWeight(2, QKV):
 			shape = []int64{shape[0] - 64, shape[1]} // as if head_dim were wrong
+		case LayerWeight(0, MLPDown):
+			shape = []int64{shape[1], shape[0]} // transposed
+		case LayerWeight(1, MLPGate):
+			dt = dtype.I16
 		}
 		n := int64(2)
 		for _, d := range shape {
 			n *= d
 		}
-		tensors = append(tensors, safetensors.Tensor{Name: s.Name, DType: dtype.BF16, Shape: shape,
+		tensors = append(tensors, safetensors.Tensor{Name: s.Name, DType: dt, Shape: shape,
 			Produce: func() ([]byte, error) { return make([]byte, n), nil }})
 	}
 	tensors = append(tensors, safetensors.Tensor{Name: "model.layers.0.self_attn.q_proj.weight", DType: dtype.BF16, Shape: []int64{1},
@@ -171,8 +192,11 @@ func TestCheckTensorsListsEverything(t *testing.T) {
 		t.Fatal("mismatched checkpoint accepted")
 	}
 	for _, want := range []string{
-		"3 problems",
+		"6 problems",
 		"missing tensor model.layers.1.self_attn.o_proj.weight, expected shape [128 256]",
+		"missing tensor model.layers.3.mlp.up_proj.weight, expected shape [192 128]",
+		"tensor model.layers.0.mlp.down_proj.weight has shape [192 128], expected [128 192]",
+		"tensor model.layers.1.mlp.gate_proj.weight has dtype I16, expected BF16, F16 or F32",
 		"tensor model.layers.2.self_attn.q_k_v_proj.weight has shape [320 128], expected [384 128] (rows = num_attention_heads*head_dim + 2*num_key_value_heads*head_dim = 8*32 + 2*2*32)",
 		"unexpected tensor model.layers.0.self_attn.q_proj.weight",
 	} {
@@ -188,6 +212,10 @@ func TestCheckTensorsListsEverything(t *testing.T) {
 // holds is refused by Open before the tensors are listed.
 func TestConfigSizesBounded(t *testing.T) {
 	base := `"vocab_size":512,"hidden_size":128,"intermediate_size":192,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":32,"rms_norm_eps":1e-6,"rope_theta":5e6,"partial_rotary_factor":0.25,"sliding_rope_theta":1e4,"sliding_window":8`
+	_, err := ParseConfig([]byte("{" + base + `,"num_hidden_layers":1000000000,"layer_types":["full_attention"]}`))
+	if err == nil || strings.Contains(err.Error(), "num_hidden_layers is 0") {
+		t.Errorf("a refused num_hidden_layers compared with layer_types: %v", err)
+	}
 	for _, c := range []struct{ extra, want string }{
 		{`,"num_hidden_layers":1000000000`, "field num_hidden_layers = 1000000000, must be in [1, 4096]"},
 		{`,"num_hidden_layers":4,"vocab_size":1e12`, "vocab_size"},
@@ -213,7 +241,8 @@ func TestConfigSizesBounded(t *testing.T) {
 	}
 	cfg = []byte(strings.Replace(string(cfg), `"layer_types"`, `"unused_layer_types"`, 1))
 	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
-	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "num_hidden_layers = 4000 needs at least 32002 tensors") {
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "num_hidden_layers = 4000 needs at least 32002 tensors") ||
+		!strings.Contains(err.Error(), "(31968 problems)") || !strings.Contains(err.Error(), "... and 31904 more") {
 		t.Errorf("layers beyond the checkpoint: %v", err)
 	}
 }

@@ -114,6 +114,9 @@ func (c *Config) shapeNote(s TensorSpec) string {
 	return ""
 }
 
+// maxListed caps the problems CheckTensors lists one by one.
+const maxListed = 64
+
 // CheckTensors compares a checkpoint with the config and reports every
 // missing, unexpected, mis-shaped or non-float tensor at once.
 func (c *Config) CheckTensors(ck *safetensors.Checkpoint) error {
@@ -150,7 +153,15 @@ func (c *Config) CheckTensors(ck *safetensors.Checkpoint) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: checkpoint does not match config.json (%d problems):\n  %s", ck.Dir, len(problems), strings.Join(problems, "\n  "))
+	n := len(problems)
+	if n > maxListed { // a config for far more layers than the checkpoint has
+		problems = append(problems[:maxListed], fmt.Sprintf("... and %d more", n-maxListed))
+	}
+	plural := "s"
+	if n == 1 {
+		plural = ""
+	}
+	return fmt.Errorf("%s: checkpoint does not match config.json (%d problem%s):\n  %s", ck.Dir, n, plural, strings.Join(problems, "\n  "))
 }
 
 // Model is an opened, validated Spark checkpoint folder. Its config.json
@@ -204,11 +215,7 @@ func Open(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.checkCapacity(ck); err != nil {
-		ck.Close()
-		return nil, err
-	}
-	if err := cfg.CheckTensors(ck); err != nil {
+	if err := errors.Join(cfg.checkCapacity(ck), cfg.CheckTensors(ck)); err != nil {
 		ck.Close()
 		return nil, err
 	}
@@ -222,7 +229,9 @@ func Open(dir string) (*Model, error) {
 }
 
 // checkCapacity refuses a config that asks for more layers than the
-// checkpoint holds tensors for, before anything is sized from it.
+// checkpoint holds tensors for: a summary beside CheckTensors' list of
+// each missing tensor (num_hidden_layers is capped by ParseConfig, so the
+// list is bounded).
 func (c *Config) checkCapacity(ck *safetensors.Checkpoint) error {
 	perLayer := 8
 	if need := perLayer*c.NumLayers + 2; need > len(ck.Names()) {

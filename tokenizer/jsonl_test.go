@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"bytes"
 	"context"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -27,6 +29,7 @@ func TestEncodeJSONL(t *testing.T) {
 		{"no text", "{\"txt\": \"hello\"}\n", "", "line 1: no \"text\"", 0},
 		{"text not a string", "{\"text\": 3}\n", "", "line 1:", 0},
 		{"null text", "{\"text\": null}\n", "", "line 1: no \"text\"", 0},
+		{"line over 16 MiB", "{\"text\": \"hello\"}\n{\"text\": \"" + strings.Repeat("a", 16<<20) + "\"}\n", line(hello), "line 2: line longer than 16777216 bytes (16 MiB)", 1},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
@@ -80,5 +83,26 @@ func TestConcurrentEncode(t *testing.T) {
 		if s := <-errs; s != "" {
 			t.Errorf("concurrent encode of %q differs", s)
 		}
+	}
+}
+
+// TestLoadSniffsGarbage: a large file that is not a JSON object is refused
+// after one small read, not read whole first (a 500 MB file of random
+// bytes once cost 1.24 GB resident before its error).
+func TestLoadSniffsGarbage(t *testing.T) {
+	p := t.TempDir() + "/tokenizer.json"
+	f, _ := os.Create(p)
+	f.Write([]byte("\x89garbage"))
+	f.Truncate(256 << 20) // sparse: no disk, 256 MiB stated
+	f.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Load(p)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "json at byte 0: want an object") {
+		t.Fatalf("garbage tokenizer: %v", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Errorf("refusing it allocated %d bytes", grew)
 	}
 }

@@ -43,8 +43,10 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"unsafe"
 
@@ -64,6 +66,9 @@ type Tokenizer struct {
 
 // Load reads and parses a tokenizer.json file.
 func Load(path string) (*Tokenizer, error) {
+	if err := sniffObject(path); err != nil {
+		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
+	}
 	data, err := infile.ReadFile(path, infile.TokenizerMax) // a regular file, size capped
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
@@ -75,6 +80,24 @@ func Load(path string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
 	}
 	return t, nil
+}
+
+// sniffObject refuses a file that does not begin (after white space and a
+// UTF-8 BOM) with a JSON object, before the whole file is read: a large
+// file of garbage costs one small read, not its size in memory.
+func sniffObject(path string) error {
+	f, _, err := infile.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	head := make([]byte, 4096)
+	n, _ := io.ReadFull(f, head)
+	rest := bytes.TrimLeft(bytes.TrimPrefix(head[:n], []byte("\xef\xbb\xbf")), " \t\r\n")
+	if len(rest) > 0 && rest[0] != '{' {
+		return fmt.Errorf("json at byte %d: want an object", n-len(rest))
+	}
+	return nil
 }
 
 // Parse builds a Tokenizer from the contents of a tokenizer.json file.

@@ -12,7 +12,6 @@ import (
 
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
-	"sparkconv/onnxio"
 	"sparkconv/ortrun"
 	"sparkconv/quant"
 )
@@ -161,7 +160,7 @@ func Run(ctx context.Context, ref *forward.Model, dirs []string, o Options) (*Re
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckFiles(man, dirOf); err != nil {
+	if err := onnxgraph.CheckFiles(man, dirOf); err != nil {
 		return nil, err
 	}
 	if err := checkSource(man, dirs, o.Fingerprint); err != nil {
@@ -240,33 +239,6 @@ func short(fp string) string {
 		return fp[:23] + "..."
 	}
 	return fp
-}
-
-// CheckFiles compares each graph file (and its external data file) of the
-// export with the sha256 its manifest records, before anything parses it.
-// It names every file that differs.
-func CheckFiles(man *onnxgraph.Manifest, dirOf map[string]string) error {
-	var bad []string
-	for _, g := range man.Graphs {
-		dir := dirOf[g.File]
-		check := func(file, want string) {
-			h, err := onnxio.HashFile(filepath.Join(dir, file))
-			switch {
-			case err != nil:
-				bad = append(bad, fmt.Sprintf("%s: %v", filepath.Join(dir, file), err))
-			case h.SHA256 != want:
-				bad = append(bad, fmt.Sprintf("%s: sha256 %s..., the manifest says %s...", filepath.Join(dir, file), h.SHA256[:12], want[:min(12, len(want))]))
-			}
-		}
-		check(g.File, g.SHA256)
-		if g.ExternalData != nil {
-			check(g.ExternalData.Name, g.ExternalData.SHA256)
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%d files do not match their manifest (changed after the export wrote them; export again): %s", len(bad), strings.Join(bad, "; "))
-	}
-	return nil
 }
 
 // Union reads the manifests of dirs and joins them into one export: the

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -10,8 +11,10 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/outdir"
 	"sparkconv/progress"
+	"sparkconv/tokenizer"
 )
 
 func init() {
@@ -63,7 +66,7 @@ summary (layer-input and KV absmax) goes to stderr; --json prints it on stdout.`
 
 func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out string, force bool, seqLen, maxSamples, minTokens int, seed uint64) error {
 	start := time.Now()
-	tok, err := loadModelTokenizer(modelDir, true)
+	tok, tokUnk, err := loadTokenizerUnk(modelDir)
 	if err != nil {
 		return fmt.Errorf("calibrate needs the model's tokenizer: %w", err)
 	}
@@ -91,6 +94,13 @@ func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out strin
 	}
 	if total < minTokens {
 		return fmt.Errorf("the samples (%d) give %d tokens, fewer than the %d needed (--min-tokens): add samples", len(texts), total, minTokens)
+	}
+	warn, err := calib.CheckVariety(chunks, tokUnk, m.Cfg.VocabSize)
+	if err != nil {
+		return err
+	}
+	if warn != "" {
+		fmt.Fprintln(os.Stderr, "sparkconv: warning:", warn)
 	}
 	d, err := outdir.Create(out, force, append([]string{modelDir}, files...)...)
 	if err != nil {
@@ -124,4 +134,19 @@ func calibPeakRSSMB() float64 {
 		return 0
 	}
 	return float64(ru.Maxrss) / 1024 // Linux reports KiB
+}
+
+// loadTokenizerUnk loads dir's tokenizer.json and its unknown token's id
+// (-1: none), for calib's rule on degenerate text.
+func loadTokenizerUnk(dir string) (*tokenizer.Tokenizer, int, error) {
+	path := filepath.Join(dir, "tokenizer.json")
+	data, err := infile.ReadFile(path, infile.TokenizerMax)
+	if err != nil {
+		return nil, 0, err
+	}
+	tok, err := tokenizer.Parse(data)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return tok, calib.UnkID(data, tok), nil
 }

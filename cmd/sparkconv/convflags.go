@@ -40,6 +40,9 @@ func (c *convertFlags) options() (convert.Options, error) {
 		return c.opt, usagef("--max-shard-size: %v", err)
 	}
 	c.opt.MaxShardSize = n
+	if c.gate.text != "" && c.gate.text != builtinText {
+		c.opt.Inputs = []string{c.gate.text} // --eval FILE
+	}
 	c.opt.Quiet = jsonOut
 	c.opt.Version = version
 	return c.opt, nil

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,8 +12,10 @@ import (
 	"sparkconv/eval"
 	"sparkconv/eval/evalort"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/onnxgraph"
 	"sparkconv/ortrun"
+	"sparkconv/outdir"
 	"sparkconv/progress"
 	"sparkconv/spark"
 	"sparkconv/tokenizer"
@@ -64,9 +66,6 @@ func (e *evalFlags) check(needModel bool) error {
 	}
 	if err := e.opt.Check(); err != nil {
 		return usagef("%v", err)
-	}
-	if _, err := os.Lstat(e.report); e.report != "" && err == nil && !e.force {
-		return fmt.Errorf("--report %s already exists (use --force to replace it)", e.report)
 	}
 	e.opt.Force = e.force
 	return nil
@@ -127,7 +126,7 @@ disjoint from the calibration corpus).`,
 func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
 	const promptLen = 32
 	if ef.ids != "" {
-		data, err := os.ReadFile(ef.ids)
+		data, err := infile.ReadFile(ef.ids, infile.TextMax)
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +139,7 @@ func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
 	if ef.samples == "" {
 		return eval.TextFromSamples([]byte(eval.HeldOut), eval.HeldOutName, false, tok, promptLen)
 	}
-	data, err := os.ReadFile(ef.samples)
+	data, err := infile.ReadFile(ef.samples, infile.TextMax)
 	if err != nil {
 		return nil, err
 	}
@@ -149,6 +148,10 @@ func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
 
 // runEval scores ef.model against ef.base.
 func runEval(ef *evalFlags) (*eval.Result, error) {
+	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
+	if err := checkEvalOutputs(ef, inputs); err != nil {
+		return nil, err
+	}
 	cfg, err := spark.LoadConfig(ef.base)
 	if err != nil {
 		return nil, err
@@ -173,7 +176,7 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 			return nil, nil, err
 		}
 		return eval.Forward{M: m}, func() { m.Close() }, nil
-	}, text, opt, cfg.VocabSize)
+	}, text, opt, cfg.VocabSize, append(inputs, ef.report)...)
 	bar.Done(true)
 	if err != nil {
 		return nil, err
@@ -192,11 +195,31 @@ func runEval(ef *evalFlags) (*eval.Result, error) {
 		return nil, err
 	}
 	if ef.report != "" {
-		if err := eval.WriteReport(ef.report, r, ef.model+ef.export, ef.force); err != nil {
-			return nil, err
+		if err := eval.WriteReport(ef.report, r, ef.model+ef.export, ef.force, append(inputs, ef.baseLogits)...); err != nil {
+			return nil, fmt.Errorf("--report: %w", err)
 		}
 	}
 	return r, nil
+}
+
+// checkEvalOutputs refuses, before any work, a --report or --base-logits
+// that is or lies inside an input (or is the other one), and a --report
+// that --force may not replace.
+func checkEvalOutputs(ef *evalFlags, inputs []string) error {
+	if ef.baseLogits != "" {
+		if err := outdir.CheckDisjoint(ef.baseLogits, append(inputs, ef.report)...); err != nil {
+			return usageError{fmt.Errorf("--base-logits: %w", err)}
+		}
+	}
+	if ef.report != "" { // written after the work
+		if _, err := outdir.NewFile(ef.report, ef.force, eval.ReportOwner, append(inputs, ef.baseLogits)...); err != nil {
+			if errors.Is(err, outdir.ErrOverlap) {
+				return usageError{fmt.Errorf("--report: %w", err)}
+			}
+			return fmt.Errorf("--report: %w", err)
+		}
+	}
+	return nil
 }
 
 // openBuild opens what is scored: --model through the reference forward,
@@ -223,7 +246,7 @@ func checkExportContext(ef *evalFlags) error {
 	if ef.export == "" {
 		return nil
 	}
-	man, err := onnxgraph.ReadManifest(ef.export)
+	man, err := onnxgraph.ReadVerified(ef.export)
 	if err != nil {
 		return err
 	}

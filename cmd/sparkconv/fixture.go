@@ -33,7 +33,7 @@ func init() {
 			if err := checkIn("shards", int64(opt.Shards), 1, int64(tensors), "the preset's tensor count: each shard holds at least one tensor"); err != nil {
 				return err
 			}
-			d, err := outdir.Create(out, force)
+			d, err := outdir.CreateOwned(out, force, outdir.AnyOwner(outdir.SparkconvFolder, fixtures.Owner))
 			if err != nil {
 				return err
 			}

@@ -66,6 +66,12 @@ hidden_out and final_norm [T,H]. An existing dump file is replaced only with
 	rootCmd.AddCommand(cmd)
 }
 
+// dumpProducer is the metadata producer of a --dump file, by which
+// --force recognises one to replace.
+const dumpProducer = "sparkconv forward"
+
+var dumpOwner = safetensors.MetadataOwner("producer", dumpProducer)
+
 // forwardTopEntry is one next-token candidate.
 type forwardTopEntry struct {
 	ID    int     `json:"id"`
@@ -75,12 +81,13 @@ type forwardTopEntry struct {
 
 func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK int, force bool) error {
 	start := time.Now()
+	var dumpFile *outdir.File
 	if dump != "" {
-		if err := outdir.CheckDisjoint(dump, modelDir); err != nil {
+		var err error
+		if dumpFile, err = outdir.NewFile(dump, force, dumpOwner, modelDir); errors.Is(err, outdir.ErrOverlap) {
 			return usageError{fmt.Errorf("--dump: %w", err)}
-		}
-		if _, err := os.Lstat(dump); err == nil && !force {
-			return fmt.Errorf("--dump %s already exists (use --force to replace it)", dump)
+		} else if err != nil {
+			return fmt.Errorf("--dump: %w", err)
 		}
 	}
 	tok, err := loadModelTokenizer(modelDir, text != "")
@@ -117,8 +124,8 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 	V := m.Cfg.VocabSize
 	top := forwardTopK(r.Logits[len(r.Logits)-V:], topK, tok)
 	if dump != "" {
-		meta := safetensors.WriteOptions{Metadata: map[string]string{"producer": "sparkconv forward"}}
-		if err := safetensors.WriteFile(dump, r.Tensors(m, input), meta, force); err != nil {
+		meta := safetensors.WriteOptions{Metadata: map[string]string{"producer": dumpProducer}}
+		if err := safetensors.WriteFile(dumpFile, r.Tensors(m, input), meta); err != nil {
 			return err
 		}
 	}

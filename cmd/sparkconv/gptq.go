@@ -37,6 +37,7 @@ a group size that divides K; nothing is written for a model it cannot load.` + c
 			if err := cf.gate.check(cmd); err != nil {
 				return err
 			}
+			opt.Inputs = append(opt.Inputs, kf.c.Files...)
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/qnn"
 )
@@ -66,7 +67,9 @@ type lintReport struct {
 }
 
 // lintFiles expands the arguments: a folder stands for every .onnx file
-// below it, in name order.
+// below it, in name order. Every export folder among them (one holding a
+// manifest.json) has its files checked against the manifest's sha256s
+// first, as verify does.
 func lintFiles(args []string) ([]string, error) {
 	var files []string
 	for _, a := range args {
@@ -82,6 +85,9 @@ func lintFiles(args []string) ([]string, error) {
 		err = filepath.WalkDir(a, func(p string, e os.DirEntry, err error) error {
 			if err == nil && !e.IsDir() && strings.EqualFold(filepath.Ext(p), ".onnx") {
 				found = append(found, p)
+			}
+			if err == nil && !e.IsDir() && e.Name() == onnxgraph.ManifestFile { // an export: its files checked first
+				_, err = onnxgraph.ReadVerified(filepath.Dir(p))
 			}
 			return err
 		})

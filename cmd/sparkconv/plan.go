@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/infile"
 	"sparkconv/kernels"
 	"sparkconv/plan"
 )
@@ -97,7 +98,7 @@ func runPlan(target, priority, cpuinfo, model string) (plan.Choice, error) {
 	if path == "" {
 		path = "/proc/cpuinfo"
 	}
-	data, err := os.ReadFile(path)
+	data, err := infile.ReadFile(path, infile.CPUInfoMax)
 	if errors.Is(err, os.ErrNotExist) && cpuinfo == "" {
 		return plan.Auto(nil, "GOARCH", priority, model)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"sparkconv/calib"
 	"sparkconv/fixtures"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/ortrun"
@@ -35,7 +37,7 @@ type qnnBundleFlags struct {
 	model, export, out, samples, precision, ortLib string
 	positions, observe, held, threads              int
 	maskClip                                       float64
-	force                                          bool
+	force, allowShort                              bool
 }
 
 func init() {
@@ -85,6 +87,7 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	fl.StringVar(&f.ortLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
 	fl.BoolVar(&f.force, "force", false, "write a bundle below the SNR bar, and replace an existing output folder")
+	fl.BoolVar(&f.allowShort, "allow-short", false, "bundle calibration text shorter than the export's context, with a warning giving the numbers")
 	freeForm(cmd, "model", "export", "out", "samples", "ort-lib")
 	var precisions []string
 	for _, p := range qnn.Precisions {
@@ -118,7 +121,7 @@ func bundleText(path string) ([]calib.Text, string, string, error) {
 	data, name := []byte(fixtures.Corpus), "embedded calibration corpus"
 	if path != "" {
 		var err error
-		if data, err = os.ReadFile(path); err != nil {
+		if data, err = infile.ReadFile(path, infile.TextMax); err != nil {
 			return nil, "", "", err
 		}
 		name = path
@@ -132,24 +135,42 @@ func bundleText(path string) ([]calib.Text, string, string, error) {
 }
 
 // streamTokens concatenates the samples' tokens (each with the tokenizer's
-// special tokens) up to n tokens.
-func streamTokens(modelDir string, texts []calib.Text, vocab, n int) ([]int, error) {
-	tok, err := loadModelTokenizer(modelDir, true)
+// special tokens) up to n tokens, and returns them with the tokenizer's
+// unknown token (-1: none).
+func streamTokens(modelDir string, texts []calib.Text, vocab, n int) ([]int, int, error) {
+	tok, unk, err := loadTokenizerUnk(modelDir)
 	if err != nil {
-		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
+		return nil, 0, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
 	}
 	chunks, _, err := calib.Tokenize(tok, texts, n, vocab)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var ids []int
 	for _, c := range chunks {
 		ids = append(ids, c.IDs...)
 		if len(ids) >= n {
-			return ids[:n], nil
+			return ids[:n], unk, nil
 		}
 	}
-	return ids, nil
+	return ids, unk, nil
+}
+
+// checkBundleText applies the rules on calibration text (qnn's on its
+// length, calib's on degenerate text), every problem at once, and prints
+// their warnings.
+func checkBundleText(cmd *cobra.Command, f *qnnBundleFlags, source string, ids []int, unk, vocab, context, window int) error {
+	lenWarn, lenErr := qnn.CheckTextLength(len(ids), context, window, f.allowShort)
+	warn, varErr := calib.CheckVariety([]calib.Chunk{{IDs: ids}}, unk, vocab)
+	if err := errors.Join(lenErr, varErr); err != nil {
+		return fmt.Errorf("%s: %w", source, err)
+	}
+	for _, w := range []string{lenWarn, warn} {
+		if w != "" {
+			fmt.Fprintf(cmd.ErrOrStderr(), "sparkconv: warning: %s: %s\n", source, w)
+		}
+	}
+	return nil
 }
 
 func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
@@ -158,7 +179,7 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		return err
 	}
 	start := time.Now()
-	man, err := onnxgraph.ReadManifest(f.export)
+	man, err := onnxgraph.ReadVerified(f.export)
 	if err != nil {
 		return err
 	}
@@ -175,8 +196,11 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		return err
 	}
 	defer ref.Close()
-	ids, err := streamTokens(f.model, texts, ref.Cfg.VocabSize, man.Context)
+	ids, unk, err := streamTokens(f.model, texts, ref.Cfg.VocabSize, man.Context)
 	if err != nil {
+		return err
+	}
+	if err := checkBundleText(cmd, f, source, ids, unk, ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow); err != nil {
 		return err
 	}
 	calibPos, heldPos := qnn.SamplePositions(f.positions, f.held, len(ids)-1)
@@ -186,7 +210,7 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		return err
 	}
 	traced := time.Since(start)
-	d, err := outdir.Create(f.out, f.force)
+	d, err := outdir.Create(f.out, f.force, f.model, f.export, f.samples)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"sparkconv/onnxio"
+	"sparkconv/onnxpb"
 	"sparkconv/qnn"
 )
 
@@ -88,7 +90,8 @@ func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
 		rep.Findings = []qnn.Finding{}
 	}
 	rep.Errors, rep.Warnings = qnn.Count(rep.Findings)
-	info, err := onnxio.WriteFile(out, onnxio.Model{Proto: m}, onnxio.WriteOptions{Force: force})
+	markSanitized(m)
+	info, err := onnxio.WriteFile(out, onnxio.Model{Proto: m}, onnxio.WriteOptions{Force: force, Owner: onnxio.SparkconvModel, Inputs: []string{in}})
 	if err != nil {
 		return err
 	}
@@ -112,4 +115,16 @@ func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
 		return reported(fmt.Errorf("wrote %s, but %d QNN lint errors remain that sanitize does not fix", out, rep.Errors))
 	}
 	return nil
+}
+
+// markSanitized records in the model's metadata_props that sanitize wrote
+// it, by which a later --force recognises the file as sparkconv's.
+func markSanitized(m *onnxpb.ModelProto) {
+	for _, p := range m.MetadataProps {
+		if p.GetKey() == onnxio.SanitizedBy {
+			p.Value = proto.String(onnxio.SanitizedByValue)
+			return
+		}
+	}
+	m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(onnxio.SanitizedBy), Value: proto.String(onnxio.SanitizedByValue)})
 }

@@ -41,6 +41,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 			if err := cf.gate.check(cmd); err != nil {
 				return err
 			}
+			opt.Inputs = append(opt.Inputs, kf.c.Files...)
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)

@@ -39,6 +39,7 @@ plain compressed-tensors checkpoint that vLLM loads unchanged.` + calibHelp,
 			if err != nil {
 				return err
 			}
+			opt.Inputs = append(opt.Inputs, kf.c.Files...)
 			r, err := convert.W8A8With(cmd.Context(), convert.W8A8Options{Options: opt, Solver: solver})
 			if err != nil {
 				return err

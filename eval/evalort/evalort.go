@@ -34,12 +34,13 @@ type Export struct {
 	runner        *ortrun.Runner // every session at once, for Logits; opened on first use
 }
 
-// Open reads the export's manifest in dir; sessions open when graphs run
+// Open reads the export's manifest in dir and checks every graph against
+// its sha256 (onnxgraph.ReadVerified); sessions open when graphs run
 // (ONNX Runtime must be initialized). optimize is ONNX Runtime's graph
 // optimization level ("": all for float32 exports, extended for float16,
 // as verify uses).
 func Open(dir string, threads int, optimize string) (*Export, error) {
-	man, err := onnxgraph.ReadManifest(dir)
+	man, err := onnxgraph.ReadVerified(dir)
 	if err != nil {
 		return nil, err
 	}

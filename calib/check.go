@@ -1,0 +1,86 @@
+package calib
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"sparkconv/tokenizer"
+)
+
+// UnkID is the unknown token (model.unk_token) of the tokenizer.json
+// data, or -1.
+func UnkID(data []byte, tok *tokenizer.Tokenizer) int {
+	var v struct {
+		Model struct {
+			UnkToken *string `json:"unk_token"`
+		} `json:"model"`
+	}
+	if json.Unmarshal(data, &v) != nil || v.Model.UnkToken == nil {
+		return -1
+	}
+	if id, ok := tok.TokenToID(*v.Model.UnkToken); ok {
+		return id
+	}
+	return -1
+}
+
+// Limits on what calibration text is accepted (CheckTokens).
+const (
+	// MinTokens is the fewest calibration tokens accepted.
+	MinTokens    = 128
+	maxUnkShare  = 0.5  // refuse above
+	warnUnkShare = 0.05 // warn above
+	minDistinct  = 64   // refuse below (or below a quarter of a tiny vocabulary or of a short text)
+)
+
+// CheckTokens is the one rule on degenerate calibration text, for every
+// command that calibrates (gptq, w8a8, w4a16, calibrate, qnn-bundle): it
+// refuses text that calibrates nothing: fewer than MinTokens tokens, mostly
+// the unknown token unk (-1: none), or a handful of distinct ids (GPTQ on
+// it is worse than round to nearest on real text). It returns a warning
+// for a noticeable share of unknown tokens.
+func CheckTokens(chunks []Chunk, unk, vocab int) (string, error) {
+	if total := countTokens(chunks); total < MinTokens {
+		return "", fmt.Errorf("the calibration text gives %d tokens, fewer than the %d needed: add samples", total, MinTokens)
+	}
+	return CheckVariety(chunks, unk, vocab)
+}
+
+func countTokens(chunks []Chunk) int {
+	n := 0
+	for _, c := range chunks {
+		n += len(c.IDs)
+	}
+	return n
+}
+
+// CheckVariety is CheckTokens without the count, for a command with a
+// count rule of its own (calibrate --min-tokens, qnn-bundle's window).
+func CheckVariety(chunks []Chunk, unk, vocab int) (string, error) {
+	seen := map[int]bool{}
+	var total, unks int
+	for _, c := range chunks {
+		for _, id := range c.IDs {
+			seen[id] = true
+			total++
+			if id == unk {
+				unks++
+			}
+		}
+	}
+	if total == 0 {
+		return "", fmt.Errorf("the calibration text gives no tokens")
+	}
+	share := float64(unks) / float64(total)
+	if share > maxUnkShare {
+		return "", fmt.Errorf("%.0f%% of the %d calibration tokens are the unknown token: the model's tokenizer does not cover this text, and GPTQ on it would be worse than round to nearest (--rtn)", 100*share, total)
+	}
+	need := min(minDistinct, vocab/4, max(2, total/4)) // a short text (a small bundle context) needs a quarter of its tokens distinct
+	if len(seen) < need {
+		return "", fmt.Errorf("the %d calibration tokens hold only %d distinct ids (at least %d needed): text this repetitive calibrates nothing; use varied text like the model's real input", total, len(seen), need)
+	}
+	if share > warnUnkShare {
+		return fmt.Sprintf("%.1f%% of the calibration tokens are the unknown token", 100*share), nil
+	}
+	return "", nil
+}
