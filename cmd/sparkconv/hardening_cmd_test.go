@@ -135,6 +135,8 @@ func TestForceReplacesOnlySparkconvOutputs(t *testing.T) {
 	fix := filepath.Join(dir, "fx")
 	mustRun(t, "fixture", "--out", fix)
 	mustRun(t, "fixture", "--out", fix, "--preset", "small", "--force") // and a fixture a fixture
+	// but a build replaces no fixture: a fixture is a model
+	expect(t, 1, []string{fix, "not written by sparkconv"}, "w8a8", "--model", m, "--out", fix, "--rtn", "--force")
 	dump := filepath.Join(dir, "d.safetensors")
 	mustRun(t, "forward", "--model", m, "--ids", "1,2", "--dump", dump)
 	mustRun(t, "forward", "--model", m, "--ids", "1,2,3", "--dump", dump, "--force")
