@@ -375,6 +375,9 @@ func TestCalibrationTextRules(t *testing.T) {
 	rule := "distinct ids (at least 64 needed): text this repetitive calibrates nothing"
 	expect(t, 1, []string{rule}, "calibrate", "--model", m, "--samples", rep, "--out", filepath.Join(dir, "c"))
 	expect(t, 1, []string{rule}, "gptq", "--model", m, "--samples", rep, "--out", filepath.Join(dir, "g"))
+	expect(t, 1, []string{rule}, "w8a8", "--model", m, "--samples", rep, "--out", filepath.Join(dir, "w8"))
+	expect(t, 1, []string{rule}, "w4a16", "--model", m, "--samples", rep, "--out", filepath.Join(dir, "w4"))
+	expect(t, 1, []string{rep + ": the 1024 calibration tokens hold only", rule}, "qnn-bundle", "--model", m, "--export", ex, "--out", filepath.Join(dir, "q2"), "--samples", rep)
 }
 
 // TestNoDoneLineBeforeError: the smaller item. A build that fails while
