@@ -75,6 +75,17 @@ func realEval(t *testing.T, base, baseLogits string, target ...string) evalResul
 	return r
 }
 
+func readJSONFile(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
 // moduleErrs sums each module type's held-out output errors (GPTQ's codes
 // and round to nearest on the same grid) from a build's report.
 func moduleErrs(t *testing.T, dir string) map[string][2]float64 {
@@ -88,13 +99,7 @@ func moduleErrs(t *testing.T, dir string) map[string][2]float64 {
 			} `json:"gptq"`
 		} `json:"tensors"`
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "sparkconv-report.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, filepath.Join(dir, "sparkconv-report.json"), &rep)
 	sums := map[string][2]float64{}
 	for _, x := range rep.Tensors {
 		if x.GPTQ == nil || x.GPTQ.Err == nil || x.GPTQ.ErrRTN == nil {
@@ -205,13 +210,7 @@ func TestRealModelQNNBundle(t *testing.T) {
 			Top1 *float64 `json:"top1_agree"`
 		} `json:"graphs"`
 	}
-	data, err := os.ReadFile(filepath.Join(bundle, "bundle.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(data, &b); err != nil {
-		t.Fatal(err)
-	}
+	readJSONFile(t, filepath.Join(bundle, "bundle.json"), &b)
 	if len(b.Graphs) != 32 {
 		t.Fatalf("bundle.json has %d graphs, want embed, 30 layers, head", len(b.Graphs))
 	}
