@@ -35,6 +35,10 @@ rows=(
 	"w8a8-smooth0.5 w8a8 --smooth 0.5"
 	"w4a8-rtn gptq --group 64 --rtn"
 	"w4a8-gptq-actorder gptq --group 64 --act-order"
+	"onnx-fp32 export-onnx --context 512"
+	"onnx-fp16 export-onnx --context 512 --dtype fp16"
+	"qnn-w8a16 qnn-bundle --precision w8a16"
+	"qnn-w16a16 qnn-bundle --precision w16a16"
 )
 want=" $* "
 for row in "${rows[@]}"; do
@@ -43,9 +47,19 @@ for row in "${rows[@]}"; do
 	[ -f "$work/$name.eval.json" ] && continue
 	rm -rf "$work/$name"
 	echo "== $name: sparkconv $cmd --model M --out $work/$name $flags"
+	# export-onnx rows are scored in ONNX Runtime (eval --export); qnn-bundle
+	# rows calibrate the onnx-fp32 row's export and score its QDQ graphs.
+	target=(--model "$work/$name")
+	case $cmd in
+	export-onnx) target=(--export "$work/$name") ;;
+	qnn-bundle)
+		flags="$flags --export $work/onnx-fp32"
+		target=(--export "$work/$name/qdq")
+		;;
+	esac
 	# shellcheck disable=SC2086
 	nice -n 5 "$bin" $cmd --model "$model" --out "$work/$name" $flags 2>"$work/$name.log"
-	nice -n 5 "$bin" eval --base "$model" --model "$work/$name" --ids "$ids" --ctx 512 --greedy 16 \
+	nice -n 5 "$bin" eval --base "$model" "${target[@]}" --ids "$ids" --ctx 512 --greedy 16 \
 		--base-logits "$work/base-logits.safetensors" --json >"$work/$name.eval.json.tmp" 2>>"$work/$name.log"
 	mv "$work/$name.eval.json.tmp" "$work/$name.eval.json"
 	python3 "$(dirname "$0")/real_eval_row.py" "$work/$name.eval.json" "$name"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """real_model.py: SmolLM2-135M-Instruct (a Q4_1 GGUF) as a Spark-layout checkpoint.
 
-usage: real_model.py [--qk-order rotate_half|gguf|inverse] GGUF OUT_DIR
+usage: real_model.py [--dither FRAC] [--qk-order rotate_half|gguf|inverse] GGUF OUT_DIR
 
 Reads the GGUF with gguf-py (llama.cpp's reader, PyPI `gguf`), dequantizes
 every tensor with gguf.quants.dequantize and writes OUT_DIR/config.json,
@@ -63,11 +63,24 @@ def write_atomic(path, data):
     os.rename(tmp, path)
 
 
+# --dither FRAC: add uniform noise of +-FRAC/2 of each Q4_1 block's step (its
+# scale d) to every weight of that block, seeded by the tensor's name, so
+# that the weights no longer sit on a 4-bit grid aligned with blocks of 32.
+DITHER = 0.0
+
+
 def deq(t):
     """One GGUF tensor dequantized to float32, numpy row-major [out, in]
     (GGUF shapes list ne0 = in first)."""
-    a = gguf.quants.dequantize(t.data, t.tensor_type)
-    return np.asarray(a, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+    a = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+    if DITHER and t.tensor_type == gguf.GGMLQuantizationType.Q4_1:
+        # a Q4_1 block: fp16 d, fp16 m, 16 bytes of codes (32 weights)
+        d = np.frombuffer(np.ascontiguousarray(t.data).tobytes(), dtype=np.uint8).reshape(-1, 20)[:, :2]
+        d = np.ascontiguousarray(d).view(np.float16).astype(np.float32).reshape(-1)
+        rng = np.random.default_rng(int.from_bytes(t.name.encode()[:8].ljust(8, b"\0"), "little") ^ len(t.name))
+        noise = rng.uniform(-0.5, 0.5, size=a.size).astype(np.float32) * DITHER
+        a = (a.reshape(-1, 32) + noise.reshape(-1, 32) * d[:, None]).reshape(a.shape)
+    return a.reshape([int(x) for x in reversed(t.shape)])
 
 
 def spark_tensors(r, cfg, qk_order):
@@ -233,12 +246,17 @@ def tokenizer(r):
 
 
 def main():
+    global DITHER
     args = sys.argv[1:]
+    if len(args) >= 2 and args[0] == "--dither":
+        DITHER, args = float(args[1]), args[2:]
+        if not 0 < DITHER <= 1:
+            sys.exit("real_model.py: --dither must be in (0, 1]")
     qk_order = "rotate_half"
     if len(args) == 4 and args[0] == "--qk-order" and args[1] in ("rotate_half", "gguf", "inverse"):
         qk_order, args = args[1], args[2:]
     if len(args) != 2:
-        sys.exit("usage: real_model.py [--qk-order rotate_half|gguf|inverse] GGUF OUT_DIR")
+        sys.exit("usage: real_model.py [--dither FRAC] [--qk-order rotate_half|gguf|inverse] GGUF OUT_DIR")
     src, out = args
     r = gguf.GGUFReader(src)
     if field(r, "general.architecture") != "llama":
