@@ -4,7 +4,7 @@ BIN     := ./sparkconv
 DEMO    := demo
 export SPARKCONV_ORT_LIB ?= $(CURDIR)/.ort/libonnxruntime.so
 
-.PHONY: build test demo bench fuzz ort clean vet interop interop-env
+.PHONY: build test demo bench fuzz ort clean vet interop interop-env real-model
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sparkconv
@@ -71,3 +71,8 @@ fuzz:
 
 clean:
 	rm -rf $(BIN) $(DEMO)
+
+# The real model (SmolLM2-135M-Instruct mapped into the Spark layout) in
+# $(SPARKCONV_REAL_CACHE) (default ~/.cache/sparkconv/real): docs/real-model.md.
+real-model: build
+	scripts/real-model.sh $(CURDIR)/sparkconv
