@@ -80,17 +80,25 @@ for t in $quants source-Q4_1; do
 	mv "kld-$t.log.tmp" "kld-$t.log"
 done
 
-# 5. results: one row per build, parsed from llama-perplexity's summary
+# 5. results: one row per build, parsed from llama-perplexity's summary.
+# ppl_ratio is the summary's PPL(Q)/PPL(base), whose base PPL comes from the
+# 16-bit base file (a true token below its floor gets its NLL clipped);
+# ppl_ratio_f16 is PPL(Q) over the base run's own PPL, from float logits.
 base_ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\).*/\1 \2/p' ppl-F16.log)
 [ -n "$base_ppl" ] || { echo "$0: no 'Final estimate' in ppl-F16.log" >&2; exit 1; }
 {
-	printf 'build\tsize_mib\tfallbacks\tmean_kld\tmean_kld_err\tkld_99\tsame_top1_pct\tsame_top1_err\tppl_q\tppl_q_err\tppl_base\tppl_ratio\tppl_ratio_err\n'
+	printf 'build\ttensor_types\tsize_mib\tfallbacks\tmean_kld\tmean_kld_err\tkld_99\tsame_top1_pct\tsame_top1_err\tppl_q\tppl_q_err\tppl_base\tppl_ratio\tppl_ratio_err\tppl_ratio_f16\n'
 	for t in $quants source-Q4_1; do
-		m=model-$t.gguf fb=-
-		[ "$t" = source-Q4_1 ] && m=$src
-		[ "$t" = source-Q4_1 ] || fb=$(grep -c 'falling back' "quantize-$t.log" || true)
+		m=model-$t.gguf fb=- types="210 q4_1, 1 q8_0 (as shipped)"
+		if [ "$t" = source-Q4_1 ]; then
+			m=$src
+		else
+			fb=$(grep -c 'falling back' "quantize-$t.log" || true)
+			types=$(grep -o 'converting to [A-Za-z0-9_]*' "quantize-$t.log" | awk '{ print $3 }' | sort | uniq -c | sort -rn |
+				awk '{ printf "%s%d %s", sep, $1, $2; sep = ", " }')
+		fi
 		size=$(awk -v b="$(stat -c %s "$m")" 'BEGIN { printf "%.1f", b / 1048576 }')
-		awk -v t="$t" -v size="$size" -v fb="$fb" '
+		awk -v t="$t" -v types="$types" -v size="$size" -v fb="$fb" -v b16="${base_ppl% *}" '
 			/^Mean PPL\(Q\) /              { pq = $4; pqe = $6 }
 			/^Mean PPL\(base\) /           { pb = $4 }
 			/^Mean PPL\(Q\)\/PPL\(base\) / { r = $4; re = $6 }
@@ -98,20 +106,20 @@ base_ppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\) +\/- \([0-9.]*\).*/\1 \
 			/^99\.0%   KLD:/               { k99 = $3 }
 			/^Same top p:/                 { s = $4; se = $6 }
 			END {
-				if (k == "" || s == "" || r == "") { print "unparsed " t > "/dev/stderr"; exit 1 }
-				printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t, size, fb, k, ke, k99, s, se, pq, pqe, pb, r, re
+				if (k == "" || s == "" || r == "" || pq == "") { print "unparsed " t > "/dev/stderr"; exit 1 }
+				printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.6f\n", t, types, size, fb, k, ke, k99, s, se, pq, pqe, pb, r, re, pq / b16
 			}' "kld-$t.log"
 	done
 } >results.tsv.tmp
 mv results.tsv.tmp results.tsv
 {
 	chunks=$(sed -n 's/.*calculating perplexity over \([0-9]*\) chunks.*/\1/p' ppl-F16.log)
-	echo "held-out: $(basename "$heldout"), sha256 $sha; $chunks chunks of $ctx tokens, $((chunks * (ctx - 1 - ctx / 2))) tokens scored"
-	echo "base F16 PPL (llama-perplexity): ${base_ppl% *} +/- ${base_ppl#* }"
+	echo "held-out: $(basename "$heldout"), sha256 $sha; $chunks windows of $ctx tokens, $((chunks * (ctx - 1 - ctx / 2))) tokens scored"
+	echo "base F16 PPL (llama-perplexity, float logits): ${base_ppl% *} +/- ${base_ppl#* }"
 	echo
-	echo "| build | size MiB | fallbacks | mean KLD ± err | 99% KLD | same top-1 | PPL(Q) | PPL ratio |"
-	echo "|---|---|---|---|---|---|---|---|"
-	tail -n +2 results.tsv | awk -F'\t' '{ printf "| %s | %s | %s | %s ± %s | %s | %s ± %s %% | %s ± %s | %s ± %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, $13 }'
+	echo "| build | tensor types | size MiB | mean KLD ± err | 99% KLD | same top-1 | PPL(Q) | PPL ratio (printed) | PPL(Q) / PPL(F16) |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+	tail -n +2 results.tsv | awk -F'\t' '{ printf "| %s | %s | %s | %s ± %s | %s | %s ± %s %% | %s ± %s | %s ± %s | %.4f |\n", $1, $2, $3, $5, $6, $7, $8, $9, $10, $11, $13, $14, $15 }'
 } >results.md.tmp
 mv results.md.tmp results.md
 cat results.md
