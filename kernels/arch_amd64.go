@@ -184,16 +184,20 @@ func matVecRowsAVX512(y, b, x []float32, k int) {
 			}
 		}
 	}
+	// The last len(y)%4 rows take the same per-row order as the 4-row
+	// calls, so a row's sum never depends on its place in y.
 	for ; j < len(y); j++ {
-		y[j] = dot(b[j*k:(j+1)*k], x)
+		y[j] = dotAVX512(b[j*k:(j+1)*k], x)
 	}
 }
 
-// dotAVX512 is Dot with the 16-aligned bulk in assembly (one row of sdot4
-// would waste three; use the 4-row kernel on a 1-row view instead).
+// dotAVX512 is Dot with the 16-aligned bulk in assembly, summed in the
+// order of one row of sdot4AVX512 (one row of the 4-row kernel would waste
+// three; it runs on a 1-row view instead), so it equals every row of
+// matVecRowsAVX512 bit for bit.
 func dotAVX512(a, b []float32) float32 {
 	n16 := len(a) &^ 15
-	if n16 < 64 {
+	if n16 == 0 {
 		return dotGo(a, b)
 	}
 	var y [4]float32

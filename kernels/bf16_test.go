@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -156,6 +157,40 @@ func TestMatVecNTExactOrder(t *testing.T) {
 			bitsEqual(t, "MatMulNTBF16 m=1", y1, want[:1])
 		}
 	}
+}
+
+// TestMatVecRowAlone checks, on every family, that a row's matrix-vector
+// sum does not depend on how many rows share the call or where the row
+// sits: the decode of one sequence alone and in a batch must agree bit for
+// bit.
+func TestMatVecRowAlone(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	run := func(t *testing.T) {
+		for _, n := range []int{1, 2, 3, 5, 7, 9} {
+			for _, k := range []int{15, 16, 17, 48, 63, 64, 100, 577} {
+				b, w := randBF16(r, n*k, true)
+				x := randF32(r, k)
+				all, allBF := make([]float32, n), make([]float32, n)
+				MatVecNT(all, w, x, n, k)
+				MatVecNTBF16(allBF, b, x, n, k)
+				for j := range n {
+					one := make([]float32, 1)
+					MatVecNT(one, w[j*k:(j+1)*k], x, 1, k)
+					bitsEqual(t, fmt.Sprintf("MatVecNT n=%d k=%d row %d", n, k, j), one, all[j:j+1])
+					MatVecNTBF16(one, b[j*k:(j+1)*k], x, 1, k)
+					bitsEqual(t, fmt.Sprintf("MatVecNTBF16 n=%d k=%d row %d", n, k, j), one, allBF[j:j+1])
+					if d := Dot(w[j*k:(j+1)*k], x); math.Float32bits(d) != math.Float32bits(all[j]) {
+						t.Errorf("Dot n=%d k=%d row %d = %v, MatVecNT %v", n, k, j, d, all[j])
+					}
+				}
+			}
+		}
+	}
+	t.Run(Active(), run)
+	t.Run("portable", func(t *testing.T) {
+		defer usePortable()()
+		run(t)
+	})
 }
 
 // isAVX512 reports whether the AVX-512 family is active (its float32
