@@ -108,6 +108,10 @@ def test_onnx_check_model_strict(work, preset, untied, dtype):
     report("onnx-check", model=f"{preset}-{'untied' if untied else 'tied'}-{dtype}", library=f"onnx {onnx.__version__}", graphs=len(m["graphs"]))
 
 
+# The SNR floor of a float32 graph against sparkconv's float32 forward.
+FLOAT32_SNR_DB = 90
+
+
 @pytest.mark.parametrize("preset,untied", MODELS, ids=MODEL_IDS)
 def test_onnxruntime_decode_matches_reference(work, sparkconv, preset, untied):
     ort = need("onnxruntime")
@@ -130,8 +134,15 @@ def test_onnxruntime_decode_matches_reference(work, sparkconv, preset, untied):
         for i, (k, v) in enumerate(kv):
             kv_snr.append(min(snr_db(ref[f"key.{i}"][t], k), snr_db(ref[f"value.{i}"][t], v)))
     assert top1 == steps, f"top-1 differs at {steps - top1} of {steps} steps"
-    assert min(logits_snr) >= 100, f"logits SNR {min(logits_snr):.1f} dB"
-    assert min(kv_snr) >= 100, f"KV SNR {min(kv_snr):.1f} dB"
+    # float32 rounding alone: both sides sum in orders their CPU's kernels
+    # pick (sparkconv's family, ONNX Runtime's MLAS). Measured minima
+    # (logits / KV, dB) on an AVX-512 host (MLAS AVX-512) for small, the
+    # lower preset: SPARKCONV_KERNELS=avx512 102.4 / 95.2, avx2 105.9 / 101.6,
+    # generic 106.4 / 101.1; tiny 117-124 on every family. 90 dB leaves 5 dB
+    # below the lowest; any error of the graph itself (a wrong RoPE angle, a
+    # cache row off by one) lands below 60.
+    assert min(logits_snr) >= FLOAT32_SNR_DB, f"logits SNR {min(logits_snr):.1f} dB"
+    assert min(kv_snr) >= FLOAT32_SNR_DB, f"KV SNR {min(kv_snr):.1f} dB"
 
     go = sparkconv.json("verify", "--model", model, "--export", folder, "--steps", str(steps))
     assert go["pass"] and go["top1_agree"] == steps

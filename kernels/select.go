@@ -7,12 +7,14 @@ import (
 )
 
 // EnvKernels names the environment variable that pins the kernel family:
-// "auto" (or unset) runs the widest the CPU offers, "avx2" never uses the
-// AVX-512 kernels (on an AVX-512 host the results are then bit for bit those
-// of an AVX2 host: the micro-kernels' tile shapes fix the order of every
-// floating-point sum), "generic" runs the portable Go kernels only. Outputs
-// that pass through the reference forward (calibrated GPTQ, calibrate, the
-// QNN bundle, eval) are byte-identical across hosts that run the same family.
+// "auto" (or unset) runs the widest the CPU offers; "avx512", "avx2" and
+// "generic" force a family ("avx2" on an AVX-512 host gives bit for bit
+// what an AVX2 host gives: the micro-kernels' tile shapes fix the order of
+// every floating-point sum; "generic" runs the portable Go kernels). A
+// family whose instructions the CPU lacks is refused, naming what is
+// missing. Outputs that pass through the reference forward (calibrated
+// GPTQ, calibrate, the QNN bundle, eval) are byte-identical across hosts
+// that run the same family.
 const EnvKernels = "SPARKCONV_KERNELS"
 
 // Kernel families, narrowest first.
@@ -22,20 +24,43 @@ const (
 	familyAVX512
 )
 
-var familyNames = map[string]int{"auto": familyAVX512, "": familyAVX512, "avx2": familyAVX2, "generic": familyGeneric}
+// families are the EnvKernels words, with the CPU flags each family needs.
+var families = map[string]struct {
+	family int
+	needs  []string
+}{
+	"auto": {familyAVX512, nil}, "": {familyAVX512, nil},
+	"avx512":  {familyAVX512, []string{"avx512f", "avx512dq", "avx2", "fma"}},
+	"avx2":    {familyAVX2, []string{"avx2", "fma"}},
+	"generic": {familyGeneric, nil},
+}
 
 // envFamily is the widest family EnvKernels allows; envErr is set when it
-// holds an unknown value (the kernels then run as "auto"; commands refuse
-// to start, see EnvError). Package variables are set before any init.
-var envFamily, envErr = parseFamily(os.Getenv(EnvKernels))
+// holds an unknown value or a family this CPU cannot run (the kernels then
+// run as "auto"; commands refuse to start, see EnvError). Package
+// variables are set before any init.
+var envFamily, envErr = parseFamily(os.Getenv(EnvKernels), CPU().Has)
 
-// parseFamily reads an EnvKernels value.
-func parseFamily(v string) (int, error) {
-	f, ok := familyNames[v]
-	if !ok {
-		return familyAVX512, fmt.Errorf("%s=%q: want auto, avx2 or generic", EnvKernels, v)
+// parseFamily reads an EnvKernels value; has tells which CPU flags are
+// usable.
+func parseFamily(v string, has func(flag string) bool) (int, error) {
+	f, ok := families[v]
+	switch {
+	case v == "amx":
+		return familyAVX512, fmt.Errorf("%s=amx: this build has no AMX kernel family (it has avx512, avx2 and generic)", EnvKernels)
+	case !ok:
+		return familyAVX512, fmt.Errorf("%s=%q: want auto, avx512, avx2 or generic", EnvKernels, v)
 	}
-	return f, nil
+	var missing []string
+	for _, flag := range f.needs {
+		if !has(flag) {
+			missing = append(missing, flag)
+		}
+	}
+	if len(missing) > 0 {
+		return familyAVX512, fmt.Errorf("%s=%s: this CPU lacks %s", EnvKernels, v, strings.Join(missing, ", "))
+	}
+	return f.family, nil
 }
 
 // EnvError reports an EnvKernels value that names no kernel family.
@@ -73,7 +98,7 @@ func Selection() []Choice {
 	names := familyKernels[sgemmKern.name]
 	why := fmt.Sprintf("usable: %s", strings.Join(f.Usable, " "))
 	switch {
-	case envFamily < familyAVX512 && os.Getenv(EnvKernels) != "":
+	case os.Getenv(EnvKernels) != "" && os.Getenv(EnvKernels) != "auto":
 		why += fmt.Sprintf("; %s=%s", EnvKernels, os.Getenv(EnvKernels))
 	case sgemmKern == goSgemm:
 		why += "; no avx2+fma"

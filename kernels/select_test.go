@@ -11,15 +11,30 @@ import (
 )
 
 func TestParseFamily(t *testing.T) {
+	avx512 := func(string) bool { return true }
+	avx2 := func(f string) bool { return f == "avx2" || f == "fma" }
+	none := func(string) bool { return false }
 	for _, c := range []struct {
 		in   string
+		has  func(string) bool
 		want int
-		ok   bool
-	}{{"", familyAVX512, true}, {"auto", familyAVX512, true}, {"avx2", familyAVX2, true},
-		{"generic", familyGeneric, true}, {"AVX2", familyAVX512, false}, {"avx512", familyAVX512, false}} {
-		got, err := parseFamily(c.in)
-		if got != c.want || (err == nil) != c.ok {
-			t.Errorf("parseFamily(%q) = %d, %v; want %d, ok %v", c.in, got, err, c.want, c.ok)
+		err  string // "" when accepted
+	}{
+		{"", none, familyAVX512, ""}, {"auto", none, familyAVX512, ""},
+		{"avx512", avx512, familyAVX512, ""}, {"avx2", avx512, familyAVX2, ""}, {"avx2", avx2, familyAVX2, ""},
+		{"generic", none, familyGeneric, ""},
+		{"avx512", avx2, familyAVX512, "SPARKCONV_KERNELS=avx512: this CPU lacks avx512f, avx512dq"},
+		{"avx2", none, familyAVX512, "SPARKCONV_KERNELS=avx2: this CPU lacks avx2, fma"},
+		{"amx", avx512, familyAVX512, "SPARKCONV_KERNELS=amx: this build has no AMX kernel family"},
+		{"AVX2", avx512, familyAVX512, `SPARKCONV_KERNELS="AVX2": want auto, avx512, avx2 or generic`},
+	} {
+		got, err := parseFamily(c.in, c.has)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if got != c.want || (c.err == "") != (err == nil) || !strings.HasPrefix(msg, c.err) {
+			t.Errorf("parseFamily(%q) = %d, %q; want %d, %q", c.in, got, msg, c.want, c.err)
 		}
 	}
 }
@@ -36,6 +51,9 @@ func TestEnvKernelsPins(t *testing.T) {
 	want := map[string]string{"generic": "go-2x4"}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		want["avx2"] = "avx2-6x16"
+	}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ {
+		want["avx512"] = "avx512-14x32"
 	}
 	for fam, kern := range want {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestEnvKernelsPins$")
