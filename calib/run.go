@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 
 	"sparkconv/forward"
+	"sparkconv/kernels"
 	"sparkconv/progress"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -33,6 +34,7 @@ type Summary struct {
 	SeqLen     int           `json:"seq_len"`
 	MaxSamples int           `json:"max_samples"`
 	Seed       uint64        `json:"seed"`
+	Kernels    string        `json:"kernels"` // the kernel family that ran the forward (kernels.Family)
 	Samples    []SampleInfo  `json:"samples"`
 	Chunks     int           `json:"chunks"`
 	Tokens     int64         `json:"tokens"`
@@ -229,7 +231,7 @@ func runHead(m *forward.Model, chunks []Chunk, xs [][]float32, dir string, s *Su
 }
 
 func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Summary {
-	s := &Summary{Format: Format, Version: Version, SeqLen: opt.SeqLen, MaxSamples: opt.MaxSamples, Seed: opt.Seed, Chunks: len(chunks)}
+	s := &Summary{Format: Format, Version: Version, SeqLen: opt.SeqLen, MaxSamples: opt.MaxSamples, Seed: opt.Seed, Kernels: kernels.Family(), Chunks: len(chunks)}
 	s.Model = ModelInfo{ModelType: c.ModelType, Layers: c.NumLayers, Hidden: c.HiddenSize, Intermediate: c.IntermediateSize,
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize, SlidingWindow: c.SlidingWindow, Tied: c.TieWordEmbeddings}
 	for _, t := range c.LayerTypes {

@@ -138,6 +138,7 @@ func calMeta(meta map[string]any, cal *Calibration) {
 	meta["static_groups"] = cal.StaticGroups
 	meta["true_sequential"] = cal.TrueSequential
 	meta["sequential"] = cal.Sequential
+	meta["kernels"] = cal.Kernels
 	fb := []string{}
 	for _, f := range cal.Fallbacks {
 		fb = append(fb, f.Module+": "+f.Method)

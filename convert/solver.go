@@ -64,6 +64,7 @@ type Calibration struct {
 	StaticGroups   bool       `json:"static_groups"`
 	TrueSequential bool       `json:"true_sequential"`
 	Sequential     string     `json:"sequential"`
+	Kernels        string     `json:"kernels"` // the kernel family that ran the forward (kernels.Family)
 	SmoothAlpha    float64    `json:"smoothquant_alpha,omitempty"`
 	Fallbacks      []Fallback `json:"fallbacks"`
 	Redamped       []Redamp   `json:"redamped"`

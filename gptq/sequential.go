@@ -10,6 +10,7 @@ import (
 	"sparkconv/calib"
 	"sparkconv/convert"
 	"sparkconv/forward"
+	"sparkconv/kernels"
 	"sparkconv/progress"
 	"sparkconv/quant"
 	"sparkconv/spark"
@@ -197,7 +198,7 @@ func (r *run) prepare() error {
 	}
 	r.cal = &convert.Calibration{Method: "gptq", Sources: sources, SHA256: sum, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
-		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{}}
+		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Kernels: kernels.Family(), Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{}}
 	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1}); err != nil {
 		return err
 	}

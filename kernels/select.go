@@ -66,6 +66,19 @@ func parseFamily(v string, has func(flag string) bool) (int, error) {
 // EnvError reports an EnvKernels value that names no kernel family.
 func EnvError() error { return envErr }
 
+// Family names the kernel family this process runs: "avx512", "avx2" or
+// "generic". Outputs computed through the reference forward are
+// byte-identical per family, so they record it.
+func Family() string {
+	switch sgemmKern.name {
+	case "avx512-14x32":
+		return "avx512"
+	case "avx2-6x16":
+		return "avx2"
+	}
+	return "generic"
+}
+
 // Active names the float32 GEMM micro-kernel in use (for example
 // "avx2-6x16" or "go-2x4").
 func Active() string { return sgemmKern.name }

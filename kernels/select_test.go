@@ -46,6 +46,9 @@ func TestEnvKernelsPins(t *testing.T) {
 		if Active() != v {
 			t.Fatalf("%s=%q: active kernel %s, want %s", EnvKernels, os.Getenv(EnvKernels), Active(), v)
 		}
+		if fam := os.Getenv(EnvKernels); Family() != fam {
+			t.Fatalf("%s=%s: Family() = %s", EnvKernels, fam, Family())
+		}
 		return
 	}
 	want := map[string]string{"generic": "go-2x4"}

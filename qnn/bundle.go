@@ -281,6 +281,9 @@ type BundleCalibration struct {
 	Observed   []int  `json:"observed_positions"`
 	Positions  []int  `json:"positions"`
 	HeldOut    []int  `json:"held_out_positions"`
+	// Kernels is the kernel family that ran the capture's forward
+	// (kernels.Family): the ranges are byte-identical per family.
+	Kernels string `json:"kernels"`
 	// Timings are not part of bundle.json (its bytes depend only on the
 	// inputs); the command reports them.
 	Seconds          float64 `json:"-"`

@@ -17,6 +17,7 @@ import (
 	"sparkconv/fixtures"
 	"sparkconv/forward"
 	"sparkconv/infile"
+	"sparkconv/kernels"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/ortrun"
@@ -229,7 +230,7 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		EncodingsVer: qnn.EncodingsVersion, Graphs: map[string]*qnn.GraphResult{},
 		Export: qnn.BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity},
 		Calibration: qnn.BundleCalibration{Source: source, TextSHA256: textSHA, Samples: len(texts), Tokens: len(ids),
-			Observed: pos.Observe, Positions: calibPos, HeldOut: heldPos, Seconds: round2(traced.Seconds())},
+			Observed: pos.Observe, Kernels: kernels.Family(), Positions: calibPos, HeldOut: heldPos, Seconds: round2(traced.Seconds())},
 		Mask: qnn.BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{f.maskClip, 0},
 			Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}}
 	graphs := onnxgraph.GraphOrder(man)
