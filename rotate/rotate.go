@@ -1,0 +1,178 @@
+package rotate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"sparkconv/convert"
+	"sparkconv/dtype"
+	"sparkconv/kernels"
+	"sparkconv/safetensors"
+	"sparkconv/spark"
+)
+
+// ConfigKey is the config.json key that records the rotation (kept by
+// every build made from the rotated checkpoint).
+const ConfigKey = "sparkconv_rotation"
+
+// Options of one rotation.
+type Options struct {
+	convert.Options
+	Seed uint64
+	// DType of the written float tensors; "" keeps each tensor's own.
+	DType dtype.DType
+}
+
+// Run writes the rotated checkpoint of o.Model into o.Out.
+func Run(ctx context.Context, o Options) (*convert.Report, error) {
+	j, err := convert.Start(ctx, o.Options, "rotate")
+	if err != nil {
+		return nil, err
+	}
+	defer j.Close()
+	c := j.Model.Config
+	rot, err := New(c.HiddenSize, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	w := &writer{j: j, rot: rot, qt: rot.Transposed(), dt: o.DType}
+	j.Report.Method = "residual rotation (QuaRot R1): " + rot.String() + "; norms folded into the linears that read them"
+	j.Report.Settings = map[string]any{"rotation": rot.meta()}
+	var tensors []safetensors.Tensor
+	src := map[string]string{}
+	for _, s := range c.Tensors() {
+		t, err := w.tensor(s)
+		if err != nil {
+			return nil, err
+		}
+		tensors = append(tensors, t)
+		src[t.Name] = s.Name
+	}
+	if c.TieWordEmbeddings {
+		tensors = append(tensors, w.head(spark.EmbedName))
+	}
+	if err := j.WriteTensors(tensors, src); err != nil {
+		return nil, err
+	}
+	if err := j.CopyAux(); err != nil {
+		return nil, err
+	}
+	if err := j.WriteConfig(map[string]any{"tie_word_embeddings": false, ConfigKey: rot.meta()}); err != nil {
+		return nil, err
+	}
+	if err := j.Commit(); err != nil {
+		return nil, err
+	}
+	return j.Report, nil
+}
+
+// meta is the rotation as config.json and the report record it.
+func (r *Rotation) meta() map[string]any {
+	m := map[string]any{"kind": r.Kind, "seed": r.Seed, "order": r.N,
+		"applies_to": "residual stream: embed_tokens·Q; q_k_v_proj, g_proj, gate_proj, up_proj, lm_head W·diag(norm)·Q; o_proj, down_proj Qᵀ·W; norms 1"}
+	if r.Construction != "" {
+		m["construction"] = r.Construction
+	}
+	return m
+}
+
+// writer produces the rotated tensors of one job.
+type writer struct {
+	j   *convert.Job
+	rot *Rotation
+	qt  []float32 // Qᵀ
+	dt  dtype.DType
+}
+
+// tensor is the rotated version of the input tensor s.
+func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
+	c := w.j.Model.Config
+	switch {
+	case s.Kind == spark.KindEmbedding:
+		return w.out(s.Name, s.Name, func(v []float32, rows int) ([]float32, error) { return w.right(v, rows), nil }), nil
+	case s.Kind == spark.KindNorm:
+		return w.out(s.Name, s.Name, func(v []float32, _ int) ([]float32, error) {
+			for i := range v {
+				v[i] = 1
+			}
+			return v, nil
+		}), nil
+	case s.Kind == spark.KindHead:
+		return w.head(spark.HeadName), nil
+	}
+	var norm string
+	switch module := s.Name[len(spark.LayerModule(s.Layer, "")):]; {
+	case slices.Contains([]string{spark.QKV + ".weight", spark.GateProj + ".weight"}, module):
+		norm = spark.LayerWeight(s.Layer, spark.InputNorm)
+	case slices.Contains([]string{spark.MLPGate + ".weight", spark.MLPUp + ".weight"}, module):
+		norm = spark.LayerWeight(s.Layer, spark.PostNorm)
+	case slices.Contains([]string{spark.OProj + ".weight", spark.MLPDown + ".weight"}, module):
+		return w.out(s.Name, s.Name, func(v []float32, rows int) ([]float32, error) { return w.left(v, rows), nil }), nil
+	default:
+		return safetensors.Tensor{}, fmt.Errorf("%s: no rotation rule for this tensor (hidden size %d)", s.Name, c.HiddenSize)
+	}
+	return w.out(s.Name, s.Name, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, norm) }), nil
+}
+
+// head is lm_head = W·diag(w_final)·Q, W the input's head (the embedding
+// when tied).
+func (w *writer) head(from string) safetensors.Tensor {
+	return w.out(spark.HeadName, from, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, spark.NormName) })
+}
+
+// out is the output tensor name computed by f from the input tensor from
+// (its float32 values, rows of the last dimension).
+func (w *writer) out(name, from string, f func(v []float32, rows int) ([]float32, error)) safetensors.Tensor {
+	info, _ := w.j.Model.Info(from)
+	dt := info.DType
+	if w.dt != "" {
+		dt = w.dt
+	}
+	return safetensors.Tensor{
+		Name: name, DType: dt, Shape: info.Shape,
+		Produce: func() ([]byte, error) {
+			_, v, err := w.j.Model.Float32(from)
+			if err != nil {
+				return nil, err
+			}
+			if v, err = f(v, len(v)/int(info.Shape[len(info.Shape)-1])); err != nil {
+				return nil, err
+			}
+			return dtype.FromFloat32(v, dt)
+		},
+	}
+}
+
+// folded is W·diag(norm)·Q for W [rows, n].
+func (w *writer) folded(v []float32, rows int, norm string) ([]float32, error) {
+	_, g, err := w.j.Model.Float32(norm)
+	if err != nil {
+		return nil, err
+	}
+	n := w.rot.N
+	for r := range rows {
+		row := v[r*n : (r+1)*n]
+		for k := range row {
+			row[k] *= g[k]
+		}
+	}
+	return w.right(v, rows), nil
+}
+
+// right is W·Q for W [rows, n].
+func (w *writer) right(v []float32, rows int) []float32 {
+	n := w.rot.N
+	out := make([]float32, rows*n)
+	kernels.MatMulNN(out, v, w.rot.Q, rows, n, n)
+	return out
+}
+
+// left is Qᵀ·W for W [n, cols].
+func (w *writer) left(v []float32, rows int) []float32 {
+	cols := len(v) / rows
+	n := w.rot.N
+	out := make([]float32, n*cols)
+	kernels.MatMulNN(out, w.qt, v, n, cols, n)
+	return out
+}
