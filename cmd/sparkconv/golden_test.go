@@ -44,6 +44,7 @@ var goldenRuns = []struct {
 	{"export-onnx", []string{"export-onnx", "--model", "MODEL", "--out", "OUT"}},
 	{"export-onnx fp16 block", []string{"export-onnx", "--model", "MODEL", "--out", "OUT", "--dtype", "fp16", "--granularity", "block"}},
 	{"forward --dump", []string{"forward", "--model", "MODEL", "--ids", "1,2,3,4,5", "--dump", "DIR/dump.safetensors"}},
+	{"rotate --seed 7", []string{"rotate", "--seed", "7", "--model", "MODEL", "--out", "OUT"}},
 }
 
 // volatileKeys are JSON keys whose values differ run to run (timings,

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/dtype"
+	"sparkconv/rotate"
+)
+
+func init() {
+	var cf convertFlags
+	var seed uint64
+	var dt string
+	cmd := &cobra.Command{
+		Use:   "rotate --model DIR --out DIR [--seed N] [--dtype same|bf16|f32]",
+		Short: "Write the checkpoint with its residual stream rotated (QuaRot R1), for int8 activations and int4 weights",
+		Long: `Multiplies the residual stream by an orthogonal Q, folded into the weights:
+every RMSNorm's weight goes into the linears reading its output (the norms
+become 1), embed_tokens becomes E·Q, q_k_v_proj, g_proj, gate_proj, up_proj
+and the head W·diag(norm)·Q, o_proj and down_proj Qᵀ·W. The network is the
+same in exact arithmetic; an outlier channel of the residual (an attention
+sink's one-hot row) is spread over every channel, so per-token int8
+activations and per-group int4 weights lose far less. The head is untied
+(lm_head = E·diag(final norm)·Q, one more vocab x hidden tensor).
+
+Q is a randomized Hadamard matrix diag(s)·H/√n (s: ±1 from --seed) when a
+Hadamard matrix of the hidden size exists as Sylvester 2^a times Paley q+1
+(2048 = 2^11, 576 = 8 x 72), else a seeded random orthogonal matrix.
+config.json records it under sparkconv_rotation, and every build made from
+the output keeps that record. Feed the output to w8a8, gptq, w4a16,
+export-onnx or qnn-bundle as any checkpoint; score it with eval --base on
+the original model.
+
+--dtype same (default) writes each tensor in its input dtype (a second
+bf16 rounding of every weight); f32 writes float32 (4 bytes a weight) so a
+build quantizes from the exact rotated weights.`,
+		Example: "  sparkconv rotate --model /tmp/spark-tiny --out /tmp/spark-tiny-rot\n  sparkconv w8a8 --model /tmp/spark-tiny-rot --out /tmp/spark-tiny-rot-w8a8",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opt, err := cf.options()
+			if err != nil {
+				return err
+			}
+			if err := cf.gate.check(cmd); err != nil {
+				return err
+			}
+			o := rotate.Options{Options: opt, Seed: seed}
+			if dt != "same" {
+				if o.DType, err = dtype.Parse(map[string]string{"bf16": "BF16", "f32": "F32"}[dt]); err != nil {
+					return usagef("--dtype %s: %v", dt, err)
+				}
+			}
+			r, err := rotate.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			return cf.finish(cmd, r, func() error {
+				if jsonOut {
+					return printJSON(r)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "rotate: wrote %s (%s); %.1fs, peak RSS %.0f MB\n", opt.Out, r.Method, r.Timing.TotalS, r.PeakRSSMB)
+				return nil
+			})
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed of the rotation's random signs (or of the random orthogonal matrix)")
+	cmd.Flags().StringVar(&dt, "dtype", "same", "dtype of the written tensors: same (each input tensor's), bf16 or f32")
+	uintAny(cmd, "seed")
+	oneOf(cmd, "dtype", "same", "bf16", "f32")
+	rootCmd.AddCommand(cmd)
+}
