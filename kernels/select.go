@@ -130,7 +130,7 @@ func Selection() []Choice {
 		{"matvec, float32 weights (decode)", names[2], why},
 		{"matvec, bf16 weights (decode)", names[3], why + "; half the bytes of float32 weights"},
 		{"bf16 x bf16 dot products (AVX512-BF16 VDPBF16PS)", "absent",
-			has("avx512_bf16") + "; no kernel in this build: no AVX512-BF16 machine was available to test one, and it would round activations to bf16"},
+			has("avx512_bf16") + "; no kernel in this build: it would round activations to bf16, which the float32 forward's results forbid"},
 		{"bf16 tile gemm (AMX-BF16)", "absent",
 			has("amx_bf16") + ", tile permission " + f.AMX + "; no kernel in this build: no AMX machine was available to test one"},
 	}
