@@ -90,9 +90,9 @@ func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 	c := w.j.Model.Config
 	switch {
 	case s.Kind == spark.KindEmbedding:
-		return w.out(s.Name, s.Name, func(v []float32, rows int) ([]float32, error) { return w.right(v, rows), nil }), nil
+		return w.out(s.Name, s.Name, true, func(v []float32, rows int) ([]float32, error) { return w.right(v, rows), nil }), nil
 	case s.Kind == spark.KindNorm:
-		return w.out(s.Name, s.Name, func(v []float32, _ int) ([]float32, error) {
+		return w.out(s.Name, s.Name, true, func(v []float32, _ int) ([]float32, error) {
 			for i := range v {
 				v[i] = 1
 			}
@@ -108,38 +108,64 @@ func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 	case slices.Contains([]string{spark.MLPGate + ".weight", spark.MLPUp + ".weight"}, module):
 		norm = spark.LayerWeight(s.Layer, spark.PostNorm)
 	case slices.Contains([]string{spark.OProj + ".weight", spark.MLPDown + ".weight"}, module):
-		return w.out(s.Name, s.Name, func(v []float32, rows int) ([]float32, error) { return w.left(v, rows), nil }), nil
+		return w.out(s.Name, s.Name, false, func(v []float32, rows int) ([]float32, error) { return w.left(v, rows), nil }), nil
 	default:
 		return safetensors.Tensor{}, fmt.Errorf("%s: no rotation rule for this tensor (hidden size %d)", s.Name, c.HiddenSize)
 	}
-	return w.out(s.Name, s.Name, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, norm) }), nil
+	return w.out(s.Name, s.Name, true, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, norm) }), nil
 }
 
 // head is lm_head = W·diag(w_final)·Q, W the input's head (the embedding
 // when tied).
 func (w *writer) head(from string) safetensors.Tensor {
-	return w.out(spark.HeadName, from, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, spark.NormName) })
+	return w.out(spark.HeadName, from, true, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, spark.NormName) })
 }
 
+// rowBlock is how many values of a row-wise transform are held in float32
+// at once (16 MiB), so the embedding never exists as a whole float32 copy.
+const rowBlock = 1 << 22
+
 // out is the output tensor name computed by f from the input tensor from
-// (its float32 values, rows of the last dimension).
-func (w *writer) out(name, from string, f func(v []float32, rows int) ([]float32, error)) safetensors.Tensor {
+// (its float32 values, rows of the last dimension). A rowwise f maps each
+// row on its own and runs on blocks of rows.
+func (w *writer) out(name, from string, rowwise bool, f func(v []float32, rows int) ([]float32, error)) safetensors.Tensor {
 	info, _ := w.j.Model.Info(from)
 	dt := info.DType
 	if w.dt != "" {
 		dt = w.dt
 	}
+	cols := int(info.Shape[len(info.Shape)-1])
+	rows := int(info.NumElements()) / cols
+	block := rows
+	if rowwise {
+		block = max(1, rowBlock/cols)
+	}
 	return safetensors.Tensor{
 		Name: name, DType: dt, Shape: info.Shape,
 		Produce: func() ([]byte, error) {
-			_, v, err := w.j.Model.Float32(from)
+			in, raw, err := w.j.Model.Raw(from)
 			if err != nil {
 				return nil, err
 			}
-			if v, err = f(v, len(v)/int(info.Shape[len(info.Shape)-1])); err != nil {
-				return nil, err
+			res := make([]byte, 0, int(info.NumElements())*dt.Size())
+			isz := in.DType.Size()
+			v := make([]float32, min(block, rows)*cols)
+			for r0 := 0; r0 < rows; r0 += block {
+				r := min(block, rows-r0)
+				if err := dtype.ToFloat32(v[:r*cols], raw[r0*cols*isz:(r0+r)*cols*isz], in.DType); err != nil {
+					return nil, fmt.Errorf("%s: %w", from, err)
+				}
+				o, err := f(v[:r*cols], r)
+				if err != nil {
+					return nil, err
+				}
+				b, err := dtype.FromFloat32(o, dt)
+				if err != nil {
+					return nil, err
+				}
+				res = append(res, b...)
 			}
-			return dtype.FromFloat32(v, dt)
+			return res, nil
 		},
 	}
 }
