@@ -22,6 +22,8 @@ type Options struct {
 	Seed uint64
 	// DType of the written float tensors; "" keeps each tensor's own.
 	DType dtype.DType
+	// Smooth, when Alpha > 0, also smooths every down_proj input (smooth.go).
+	Smooth Smoothing
 }
 
 // Run writes the rotated checkpoint of o.Model into o.Out.
@@ -38,7 +40,17 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 	}
 	w := &writer{j: j, rot: rot, qt: rot.Transposed(), dt: o.DType}
 	j.Report.Method = "residual rotation (QuaRot R1): " + rot.String() + "; norms folded into the linears that read them"
-	j.Report.Settings = map[string]any{"rotation": rot.meta()}
+	meta := rot.meta()
+	if o.Smooth.Alpha > 0 {
+		sm, err := downScales(j.Model, o.Model, o.Smooth, func(d []float32) []float32 { return w.left(d, c.HiddenSize) })
+		if err != nil {
+			return nil, fmt.Errorf("down_proj smoothing: %w", err)
+		}
+		w.down = sm.s
+		meta["down_proj_smoothing"] = sm.meta(o.Smooth.Alpha)
+		j.Report.Method += fmt.Sprintf("; down_proj inputs smoothed (alpha %g, %d tokens)", o.Smooth.Alpha, sm.tokens)
+	}
+	j.Report.Settings = map[string]any{"rotation": meta}
 	var tensors []safetensors.Tensor
 	src := map[string]string{}
 	for _, s := range c.Tensors() {
@@ -58,7 +70,7 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 	if err := j.CopyAux(); err != nil {
 		return nil, err
 	}
-	if err := j.WriteConfig(map[string]any{"tie_word_embeddings": false, ConfigKey: rot.meta()}); err != nil {
+	if err := j.WriteConfig(map[string]any{"tie_word_embeddings": false, ConfigKey: meta}); err != nil {
 		return nil, err
 	}
 	if err := j.Commit(); err != nil {
@@ -83,6 +95,8 @@ type writer struct {
 	rot *Rotation
 	qt  []float32 // Qᵀ
 	dt  dtype.DType
+	// down[i] are layer i's down_proj smoothing scales (nil: none).
+	down [][]float32
 }
 
 // tensor is the rotated version of the input tensor s.
@@ -90,9 +104,9 @@ func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 	c := w.j.Model.Config
 	switch {
 	case s.Kind == spark.KindEmbedding:
-		return w.out(s.Name, s.Name, true, func(v []float32, rows int) ([]float32, error) { return w.right(v, rows), nil }), nil
+		return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) { return w.right(v, rows), nil }), nil
 	case s.Kind == spark.KindNorm:
-		return w.out(s.Name, s.Name, true, func(v []float32, _ int) ([]float32, error) {
+		return w.out(s.Name, s.Name, true, func(v []float32, _, _ int) ([]float32, error) {
 			for i := range v {
 				v[i] = 1
 			}
@@ -107,18 +121,57 @@ func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 		norm = spark.LayerWeight(s.Layer, spark.InputNorm)
 	case slices.Contains([]string{spark.MLPGate + ".weight", spark.MLPUp + ".weight"}, module):
 		norm = spark.LayerWeight(s.Layer, spark.PostNorm)
+	case module == spark.MLPDown+".weight" && w.down != nil:
+		sc := w.down[s.Layer]
+		return w.out(s.Name, s.Name, false, func(v []float32, r0, rows int) ([]float32, error) {
+			scaleColumns(v, sc)
+			return w.left(v, rows), nil
+		}), nil
 	case slices.Contains([]string{spark.OProj + ".weight", spark.MLPDown + ".weight"}, module):
-		return w.out(s.Name, s.Name, false, func(v []float32, rows int) ([]float32, error) { return w.left(v, rows), nil }), nil
+		return w.out(s.Name, s.Name, false, func(v []float32, r0, rows int) ([]float32, error) { return w.left(v, rows), nil }), nil
 	default:
 		return safetensors.Tensor{}, fmt.Errorf("%s: no rotation rule for this tensor (hidden size %d)", s.Name, c.HiddenSize)
 	}
-	return w.out(s.Name, s.Name, true, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, norm) }), nil
+	if module := s.Name[len(spark.LayerModule(s.Layer, "")):]; module == spark.MLPUp+".weight" && w.down != nil {
+		return w.upSmoothed(s, norm), nil
+	}
+	return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) { return w.folded(v, rows, norm) }), nil
+}
+
+// upSmoothed is up_proj rotated, each output row r divided by the layer's
+// smoothing scale s_r.
+func (w *writer) upSmoothed(s spark.TensorSpec, norm string) safetensors.Tensor {
+	sc := w.down[s.Layer]
+	return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) {
+		o, err := w.folded(v, rows, norm)
+		if err != nil {
+			return nil, err
+		}
+		n := w.rot.N
+		for r := range rows {
+			for k := range o[r*n : (r+1)*n] {
+				o[r*n+k] /= sc[r0+r]
+			}
+		}
+		return o, nil
+	})
+}
+
+// scaleColumns multiplies column c of the row-major w [*, len(s)] by s[c].
+func scaleColumns(w []float32, s []float32) {
+	k := len(s)
+	for r := 0; r < len(w)/k; r++ {
+		row := w[r*k : (r+1)*k]
+		for c := range row {
+			row[c] *= s[c]
+		}
+	}
 }
 
 // head is lm_head = W·diag(w_final)·Q, W the input's head (the embedding
 // when tied).
 func (w *writer) head(from string) safetensors.Tensor {
-	return w.out(spark.HeadName, from, true, func(v []float32, rows int) ([]float32, error) { return w.folded(v, rows, spark.NormName) })
+	return w.out(spark.HeadName, from, true, func(v []float32, r0, rows int) ([]float32, error) { return w.folded(v, rows, spark.NormName) })
 }
 
 // rowBlock is how many values of a row-wise transform are held in float32
@@ -127,8 +180,8 @@ const rowBlock = 1 << 22
 
 // out is the output tensor name computed by f from the input tensor from
 // (its float32 values, rows of the last dimension). A rowwise f maps each
-// row on its own and runs on blocks of rows.
-func (w *writer) out(name, from string, rowwise bool, f func(v []float32, rows int) ([]float32, error)) safetensors.Tensor {
+// row on its own and runs on blocks of rows; r0 is the block's first row.
+func (w *writer) out(name, from string, rowwise bool, f func(v []float32, r0, rows int) ([]float32, error)) safetensors.Tensor {
 	info, _ := w.j.Model.Info(from)
 	dt := info.DType
 	if w.dt != "" {
@@ -155,7 +208,7 @@ func (w *writer) out(name, from string, rowwise bool, f func(v []float32, rows i
 				if err := dtype.ToFloat32(v[:r*cols], raw[r0*cols*isz:(r0+r)*cols*isz], in.DType); err != nil {
 					return nil, fmt.Errorf("%s: %w", from, err)
 				}
-				o, err := f(v[:r*cols], r)
+				o, err := f(v[:r*cols], r0, r)
 				if err != nil {
 					return nil, err
 				}

@@ -13,6 +13,7 @@ func init() {
 	var cf convertFlags
 	var seed uint64
 	var dt string
+	var sm rotate.Smoothing
 	cmd := &cobra.Command{
 		Use:   "rotate --model DIR --out DIR [--seed N] [--dtype same|bf16|f32]",
 		Short: "Write the checkpoint with its residual stream rotated (QuaRot R1), for int8 activations and int4 weights",
@@ -46,7 +47,7 @@ build quantizes from the exact rotated weights.`,
 			if err := cf.gate.check(cmd); err != nil {
 				return err
 			}
-			o := rotate.Options{Options: opt, Seed: seed}
+			o := rotate.Options{Options: opt, Seed: seed, Smooth: sm}
 			if dt != "same" {
 				if o.DType, err = dtype.Parse(map[string]string{"bf16": "BF16", "f32": "F32"}[dt]); err != nil {
 					return usagef("--dtype %s: %v", dt, err)
@@ -68,6 +69,15 @@ build quantizes from the exact rotated weights.`,
 	cf.register(cmd)
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed of the rotation's random signs (or of the random orthogonal matrix)")
 	cmd.Flags().StringVar(&dt, "dtype", "same", "dtype of the written tensors: same (each input tensor's), bf16 or f32")
+	f := cmd.Flags()
+	f.Float64Var(&sm.Alpha, "smooth-down", rotate.DefaultSmoothAlpha, "also smooth every down_proj input with this SmoothQuant alpha (folded into up_proj and down_proj, exact); 0 turns it off")
+	f.StringArrayVar(&sm.Files, "samples", nil, "calibration samples file for --smooth-down (text with --- separators, or .jsonl); repeatable (default: the embedded corpus)")
+	f.IntVar(&sm.Tokens, "tokens", rotate.DefaultSmoothTokens, "calibration tokens for --smooth-down")
+	f.IntVar(&sm.SeqLen, "seq-len", 512, "longest calibration chunk in tokens")
+	floatIn(cmd, "smooth-down", 0, 0.99)
+	freeForm(cmd, "samples")
+	intIn(cmd, "tokens", 16, 1<<31)
+	intIn(cmd, "seq-len", 1, 1<<20)
 	uintAny(cmd, "seed")
 	oneOf(cmd, "dtype", "same", "bf16", "f32")
 	rootCmd.AddCommand(cmd)

@@ -1,0 +1,182 @@
+package rotate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"sparkconv/calib"
+	"sparkconv/fixtures"
+	"sparkconv/forward"
+	"sparkconv/spark"
+	"sparkconv/tokenizer"
+)
+
+// Down-proj smoothing: down_proj's input is gelu(gate)·up, per channel j
+// of the intermediate size, so dividing up_proj's output row j by s_j and
+// multiplying down_proj's column j by s_j is the same network exactly. With
+// s_j = max|X_j|^alpha / max|W_down[:, j]|^(1-alpha) (SmoothQuant's rule,
+// clamped to >= 1e-5; X the down_proj input on calibration text), the
+// channels where a real model's massive activations sit are scaled down
+// for per-token int8, and the scale moves into down_proj's weights. Unlike
+// SmoothQuant on a norm's output, nothing but the two linears changes, and
+// per-output-row weight scales (every format here) absorb up_proj's row
+// scaling exactly.
+
+// Defaults of the down_proj smoothing (rotate's --smooth-down, --tokens).
+// The per-channel maxima settle within a few thousand tokens; alpha 0.3
+// is the best of 0.3, 0.5, 0.7 for W8A8 on the real-weights model
+// (docs/rotation.md).
+const (
+	DefaultSmoothAlpha  = 0.3
+	DefaultSmoothTokens = 2048
+)
+
+// SmoothEmbedded names the calibration text built into the binary.
+const SmoothEmbedded = "embedded corpus"
+
+// Smoothing asks for down_proj smoothing.
+type Smoothing struct {
+	Alpha  float64  // in (0, 1); 0: no smoothing
+	Files  []string // calibration samples files; none: the embedded corpus
+	Tokens int      // calibration tokens run through the model
+	SeqLen int      // longest chunk
+}
+
+// smoothed is the outcome: per layer the scales s (intermediate size).
+type smoothed struct {
+	s       [][]float32
+	sources []string
+	sha256  string
+	tokens  int
+}
+
+// meta records the smoothing in config.json and the report.
+func (s *smoothed) meta(alpha float64) map[string]any {
+	return map[string]any{"alpha": alpha, "sources": s.sources, "sha256": s.sha256, "tokens": s.tokens,
+		"applies_to": "down_proj input: up_proj rows / s, down_proj columns · s"}
+}
+
+// downScales runs the calibration text through sm's float32 forward and
+// returns the smoothing scales of every layer; rotated gives the weight
+// down_proj will have (the scales weigh its columns' maxima, not the
+// input's).
+func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32) (*smoothed, error) {
+	texts, sources, sum, err := smoothTexts(o.Files)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json: %w", err)
+	}
+	c := sm.Config
+	chunks, _, err := calib.Tokenize(tok, texts, o.SeqLen, c.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	chunks, tokens := budget(chunks, o.Tokens)
+	m, err := forward.New(sm, forward.Options{CachedLayers: 1})
+	if err != nil {
+		return nil, err
+	}
+	xs := make([][]float32, len(chunks))
+	for k, ch := range chunks {
+		if xs[k], err = m.Embed(ch.IDs); err != nil {
+			return nil, err
+		}
+	}
+	out := &smoothed{sources: sources, sha256: sum, tokens: tokens}
+	for i := range c.NumLayers {
+		obs := &actMax{max: make([]float64, c.IntermediateSize)}
+		for k, ch := range chunks {
+			if _, _, err := m.ForwardLayer(i, xs[k], len(ch.IDs), obs); err != nil {
+				return nil, err
+			}
+		}
+		_, down, err := sm.Float32(spark.LayerWeight(i, spark.MLPDown))
+		if err != nil {
+			return nil, err
+		}
+		out.s = append(out.s, smoothScales(obs.max, rotated(down), o.Alpha))
+		m.DropLayers()
+	}
+	return out, nil
+}
+
+// budget keeps the first chunks up to tokens tokens (the last one cut).
+func budget(chunks []calib.Chunk, tokens int) ([]calib.Chunk, int) {
+	var out []calib.Chunk
+	n := 0
+	for _, ch := range chunks {
+		if n >= tokens {
+			break
+		}
+		ch.IDs = ch.IDs[:min(len(ch.IDs), tokens-n)]
+		out = append(out, ch)
+		n += len(ch.IDs)
+	}
+	return out, n
+}
+
+// smoothScales is s_j = max(amax_j^alpha / wmax_j^(1-alpha), 1e-5) with
+// wmax_j the largest |down[:, j]|; a dead channel keeps 1.
+func smoothScales(amax []float64, down []float32, alpha float64) []float32 {
+	k := len(amax)
+	wmax := make([]float64, k)
+	for r := 0; r < len(down)/k; r++ {
+		for j, v := range down[r*k : (r+1)*k] {
+			wmax[j] = max(wmax[j], math.Abs(float64(v)))
+		}
+	}
+	s := make([]float32, k)
+	for j := range k {
+		s[j] = 1
+		if amax[j] > 0 && wmax[j] > 0 {
+			s[j] = float32(max(math.Pow(amax[j], alpha)/math.Pow(wmax[j], 1-alpha), 1e-5))
+		}
+	}
+	return s
+}
+
+// actMax records the per-channel absmax of down_proj's input.
+type actMax struct{ max []float64 }
+
+func (a *actMax) Observe(_ int, p forward.Point, data []float32, cols int) {
+	if p != forward.MLPAct {
+		return
+	}
+	for r := 0; r < len(data)/cols; r++ {
+		for j, v := range data[r*cols : (r+1)*cols] {
+			a.max[j] = max(a.max[j], math.Abs(float64(v)))
+		}
+	}
+}
+
+// smoothTexts reads the samples files (calib's formats; none: the
+// embedded corpus) and the sha256 of their bytes in order.
+func smoothTexts(files []string) ([]calib.Text, []string, string, error) {
+	h := sha256.New()
+	if len(files) == 0 {
+		h.Write([]byte(fixtures.Corpus))
+		t, err := calib.ParseSamples([]byte(fixtures.Corpus), SmoothEmbedded, false)
+		return t, []string{SmoothEmbedded}, hex.EncodeToString(h.Sum(nil)), err
+	}
+	var texts []calib.Text
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		h.Write(b)
+		t, err := calib.ReadSamples(f)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		texts = append(texts, t...)
+	}
+	return texts, files, hex.EncodeToString(h.Sum(nil)), nil
+}
