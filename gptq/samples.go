@@ -1,22 +1,15 @@
 package gptq
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"io"
 	"math/bits"
 	"slices"
 	"sort"
 
 	"sparkconv/calib"
-	"sparkconv/fixtures"
-	"sparkconv/infile"
 )
 
-// EmbeddedCorpus names the calibration text built into the binary
-// (fixtures.Corpus: English, code, Chinese and tool-call transcripts).
-const EmbeddedCorpus = "embedded corpus"
+// EmbeddedCorpus names the calibration text built into the binary.
+const EmbeddedCorpus = calib.EmbeddedCorpus
 
 // Defaults of the calibration (flags --tokens and --seq-len).
 const (
@@ -31,30 +24,6 @@ const (
 	// MinTokens is the fewest calibration tokens accepted (calib's rule).
 	MinTokens = calib.MinTokens
 )
-
-// texts reads the samples files (calib's formats; none: the embedded
-// corpus) and returns the samples, the sources and the sha256 of their
-// bytes concatenated in order.
-func readTexts(files []string) ([]calib.Text, []string, string, error) {
-	h := sha256.New()
-	if len(files) == 0 {
-		h.Write([]byte(fixtures.Corpus))
-		t, err := calib.ParseSamples([]byte(fixtures.Corpus), EmbeddedCorpus, false)
-		return t, []string{EmbeddedCorpus}, hex.EncodeToString(h.Sum(nil)), err
-	}
-	var texts []calib.Text
-	for _, f := range files {
-		if err := hashFile(h, f); err != nil {
-			return nil, nil, "", err
-		}
-		t, err := calib.ReadSamples(f)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		texts = append(texts, t...)
-	}
-	return texts, files, hex.EncodeToString(h.Sum(nil)), nil
-}
 
 // selectUnit is how many more tokens each sample gives per round of
 // selectChunks.
@@ -110,17 +79,4 @@ func selectChunks(chunks []calib.Chunk, budget, seqLen int) []calib.Chunk {
 // vanDerCorput is the base-2 radical inverse of i, in [0, 1).
 func vanDerCorput(i uint32) float64 {
 	return float64(bits.Reverse32(i)) / (1 << 32)
-}
-
-// hashFile adds the bytes of a (regular) file to h.
-func hashFile(h io.Writer, path string) error {
-	f, _, err := infile.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
 }

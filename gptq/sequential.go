@@ -163,7 +163,7 @@ const sequentialText = "true sequential: layer by layer, and inside a layer stag
 // prepare reads and tokenizes the calibration text and embeds it.
 func (r *run) prepare() error {
 	c, cfg := r.c, r.j.Model.Config
-	texts, sources, sum, err := readTexts(c.Files)
+	texts, sources, sum, err := calib.ReadTexts(c.Files)
 	if err != nil {
 		return err
 	}

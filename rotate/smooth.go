@@ -1,16 +1,14 @@
 package rotate
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 
 	"sparkconv/calib"
-	"sparkconv/fixtures"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/spark"
 	"sparkconv/tokenizer"
 )
@@ -34,9 +32,6 @@ const (
 	DefaultSmoothAlpha  = 0.3
 	DefaultSmoothTokens = 2048
 )
-
-// SmoothEmbedded names the calibration text built into the binary.
-const SmoothEmbedded = "embedded corpus"
 
 // Smoothing asks for down_proj smoothing.
 type Smoothing struct {
@@ -65,13 +60,18 @@ func (s *smoothed) meta(alpha float64) map[string]any {
 // down_proj will have (the scales weigh its columns' maxima, not the
 // input's).
 func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32) (*smoothed, error) {
-	texts, sources, sum, err := smoothTexts(o.Files)
+	texts, sources, sum, err := calib.ReadTexts(o.Files)
 	if err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	tokPath := filepath.Join(dir, "tokenizer.json")
+	tokJSON, err := infile.ReadFile(tokPath, infile.TokenizerMax)
 	if err != nil {
-		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json: %w", err)
+		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
+	}
+	tok, err := tokenizer.Parse(tokJSON)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", tokPath, err)
 	}
 	c := sm.Config
 	chunks, _, err := calib.Tokenize(tok, texts, o.SeqLen, c.VocabSize)
@@ -79,6 +79,13 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 		return nil, err
 	}
 	chunks, tokens := budget(chunks, o.Tokens)
+	warn, err := calib.CheckTokens(chunks, calib.UnkID(tokJSON, tok), c.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	if warn != "" {
+		fmt.Fprintln(os.Stderr, "sparkconv: warning:", warn)
+	}
 	m, err := forward.New(sm, forward.Options{CachedLayers: 1})
 	if err != nil {
 		return nil, err
@@ -154,29 +161,4 @@ func (a *actMax) Observe(_ int, p forward.Point, data []float32, cols int) {
 			a.max[j] = max(a.max[j], math.Abs(float64(v)))
 		}
 	}
-}
-
-// smoothTexts reads the samples files (calib's formats; none: the
-// embedded corpus) and the sha256 of their bytes in order.
-func smoothTexts(files []string) ([]calib.Text, []string, string, error) {
-	h := sha256.New()
-	if len(files) == 0 {
-		h.Write([]byte(fixtures.Corpus))
-		t, err := calib.ParseSamples([]byte(fixtures.Corpus), SmoothEmbedded, false)
-		return t, []string{SmoothEmbedded}, hex.EncodeToString(h.Sum(nil)), err
-	}
-	var texts []calib.Text
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		h.Write(b)
-		t, err := calib.ReadSamples(f)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		texts = append(texts, t...)
-	}
-	return texts, files, hex.EncodeToString(h.Sum(nil)), nil
 }
