@@ -55,6 +55,9 @@ demo: build ort
 	$(BIN) w8a8 --model $(DEMO)/model --out $(DEMO)/w8a8 --samples fixtures/corpus/calib.txt
 	$(BIN) gptq --model $(DEMO)/model --out $(DEMO)/gptq-w4a8 --group 128 --quant-head
 	$(BIN) w4a16 --model $(DEMO)/model --out $(DEMO)/w4a16 --group 128 --quant-head --act-order
+	# the residual rotation with down_proj smoothing, then W8A8 from it
+	$(BIN) rotate --model $(DEMO)/model --out $(DEMO)/rotated --dtype f32
+	$(BIN) w8a8 --model $(DEMO)/rotated --out $(DEMO)/rotated-w8a8
 	$(BIN) calibrate --model $(DEMO)/model --samples fixtures/corpus/calib.txt --out $(DEMO)/calib --seq-len 256
 	$(BIN) export-onnx --model $(DEMO)/model --out $(DEMO)/onnx --layout auto --context 512
 	$(BIN) lint $(DEMO)/onnx/layer_00.onnx
@@ -63,7 +66,7 @@ demo: build ort
 	$(BIN) qnn-bundle --model $(DEMO)/model --export $(DEMO)/onnx --out $(DEMO)/qnn --precision w8a16
 	$(BIN) lint $(DEMO)/qnn/layer_03.aimet/layer_03.onnx --encodings $(DEMO)/qnn/layer_03.aimet/layer_03.encodings
 	$(BIN) plan --model $(DEMO)/model
-	for b in w8a8 gptq-w4a8 w4a16; do \
+	for b in w8a8 rotated-w8a8 gptq-w4a8 w4a16; do \
 	  $(BIN) eval --base $(DEMO)/model --model $(DEMO)/$$b --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-$$b.html || exit 1; \
 	done
 	$(BIN) eval --base $(DEMO)/model --export $(DEMO)/onnx --base-logits $(DEMO)/base-logits.safetensors --report $(DEMO)/eval-onnx.html

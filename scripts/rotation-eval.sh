@@ -21,10 +21,12 @@ if [ ! -f "$ids" ]; then
 		python3 -c 'import json, sys; print(" ".join(map(str, json.loads(sys.stdin.readline())["ids"])))' >"$ids.tmp"
 	mv "$ids.tmp" "$ids"
 fi
+# rot-*: the rotation alone; rotsd-f32: with down_proj smoothing (the default)
 for dt in f32 same; do
-	[ -d "$work/rot-$dt" ] || "$bin" rotate --model "$model" --out "$work/rot-$dt" --dtype "$dt" --seed 0
+	[ -d "$work/rot-$dt" ] || "$bin" rotate --model "$model" --out "$work/rot-$dt" --dtype "$dt" --seed 0 --smooth-down 0
 done
-# name, input (orig, rot-f32 or rot-same), command and flags
+[ -d "$work/rotsd-f32" ] || "$bin" rotate --model "$model" --out "$work/rotsd-f32" --dtype f32 --seed 0
+# name, input (orig, rot-f32, rot-same or rotsd-f32), command and flags
 rows=(
 	"rot-f32-float rot-f32 -"
 	"rot-same-float rot-same -"
@@ -38,6 +40,12 @@ rows=(
 	"rot-w4a8-gptq-actorder rot-f32 gptq --group 64 --act-order"
 	"rot-w4a16-gptq rot-f32 w4a16 --group 64"
 	"rot-w4a16-gptq-actorder rot-f32 w4a16 --group 64 --act-order"
+	"rotsd-f32-float rotsd-f32 -"
+	"rotsd-w8a8-rtn rotsd-f32 w8a8 --rtn"
+	"rotsd-w8a8-gptq rotsd-f32 w8a8"
+	"rotsd-w4a8-gptq rotsd-f32 gptq --group 64"
+	"rotsd-w4a8-gptq-actorder rotsd-f32 gptq --group 64 --act-order"
+	"rotsd-w4a16-gptq rotsd-f32 w4a16 --group 64"
 )
 want=" $* "
 for row in "${rows[@]}"; do
