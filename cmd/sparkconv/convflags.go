@@ -48,6 +48,21 @@ func (c *convertFlags) options() (convert.Options, error) {
 	return c.opt, nil
 }
 
+// begin validates the shared flags and the quality gate before any work
+// and returns the options, with inputs (samples files) added to what --out
+// must not overlap.
+func (c *convertFlags) begin(cmd *cobra.Command, inputs ...string) (convert.Options, error) {
+	opt, err := c.options()
+	if err != nil {
+		return opt, err
+	}
+	if err := c.gate.check(cmd); err != nil {
+		return opt, err
+	}
+	opt.Inputs = append(opt.Inputs, inputs...)
+	return opt, nil
+}
+
 // parseSize reads a byte count with an optional decimal (KB, MB, GB) or
 // binary (KiB, MiB, GiB) unit, as transformers' max_shard_size does.
 func parseSize(s string) (int64, error) {

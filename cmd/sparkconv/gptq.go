@@ -30,14 +30,10 @@ a group size that divides K; nothing is written for a model it cannot load.` + c
 		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opt, err := cf.options()
+			opt, err := cf.begin(cmd, kf.c.Files...)
 			if err != nil {
 				return err
 			}
-			if err := cf.gate.check(cmd); err != nil {
-				return err
-			}
-			opt.Inputs = append(opt.Inputs, kf.c.Files...)
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)

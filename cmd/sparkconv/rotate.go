@@ -40,11 +40,8 @@ build quantizes from the exact rotated weights.`,
 		Example: "  sparkconv rotate --model /tmp/spark-tiny --out /tmp/spark-tiny-rot\n  sparkconv w8a8 --model /tmp/spark-tiny-rot --out /tmp/spark-tiny-rot-w8a8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opt, err := cf.options()
+			opt, err := cf.begin(cmd, sm.Files...)
 			if err != nil {
-				return err
-			}
-			if err := cf.gate.check(cmd); err != nil {
 				return err
 			}
 			o := rotate.Options{Options: opt, Seed: seed, Smooth: sm}

@@ -34,14 +34,10 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		Example: "  sparkconv w4a16 --model /tmp/spark-tiny --out /tmp/spark-tiny-w4a16 --quant-head",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opt, err := cf.options()
+			opt, err := cf.begin(cmd, kf.c.Files...)
 			if err != nil {
 				return err
 			}
-			if err := cf.gate.check(cmd); err != nil {
-				return err
-			}
-			opt.Inputs = append(opt.Inputs, kf.c.Files...)
 			o.Options = opt
 			if err := o.CheckFlags(); err != nil {
 				return usagef("%v", err)

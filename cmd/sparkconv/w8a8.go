@@ -28,18 +28,14 @@ plain compressed-tensors checkpoint that vLLM loads unchanged.` + calibHelp,
 		Example: "  sparkconv w8a8 --model /tmp/spark-tiny --out /tmp/spark-tiny-w8a8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opt, err := cf.options()
+			opt, err := cf.begin(cmd, kf.c.Files...)
 			if err != nil {
-				return err
-			}
-			if err := cf.gate.check(cmd); err != nil {
 				return err
 			}
 			solver, err := kf.solver(cmd)
 			if err != nil {
 				return err
 			}
-			opt.Inputs = append(opt.Inputs, kf.c.Files...)
 			r, err := convert.W8A8With(cmd.Context(), convert.W8A8Options{Options: opt, Solver: solver})
 			if err != nil {
 				return err
