@@ -27,6 +27,12 @@ func (e *NonFiniteError) Error() string {
 		where, e.Value, e.Point, e.Row, e.Col)
 }
 
+// CheckFinite is checkFinite for the callers that run a layer's Stages
+// themselves (the calibrated builds' true-sequential passes).
+func CheckFinite(layer int, p Point, d []float32, cols int) error {
+	return checkFinite(layer, p, d, cols)
+}
+
 // checkFinite returns a NonFiniteError for the first NaN or Inf of d
 // ([rows, cols]), nil when every value is finite. A float32 is non-finite
 // when its exponent bits are all ones, so (bits&exp)+lsb carries into the

@@ -304,7 +304,7 @@ func (r *run) layers() error {
 			if r.c.beforePass != nil {
 				r.c.beforePass(i, st.input, l)
 			}
-			if err := r.pass(st.run, h); err != nil {
+			if err := r.pass(i, st.input, st.run, h); err != nil {
 				return err
 			}
 			if h != nil {
@@ -346,15 +346,27 @@ func (r *run) floatLayer(i int) error {
 
 // pass runs one stage over every chunk, adding what it returns to h (if
 // any); its time is forward time.
-func (r *run) pass(run func(k, T int) []float32, h *Hessian) error {
+func (r *run) pass(i int, p forward.Point, run func(k, T int) []float32, h *Hessian) error {
 	t0 := time.Now()
 	defer func() { r.fwd += time.Since(t0) }()
+	H := r.j.Model.Config.HiddenSize
 	for k, ch := range r.chunks {
 		if err := r.j.Context().Err(); err != nil {
 			return err
 		}
 		setPhase("forward")
 		x := run(k, len(ch.IDs))
+		// An overflow (extreme weights) is refused where it appears, as
+		// the forward refuses it, before a Hessian or a report holds NaN.
+		var err error
+		if h != nil {
+			err = forward.CheckFinite(i, p, x[:len(ch.IDs)*h.K], h.K)
+		} else {
+			err = forward.CheckFinite(i, forward.HiddenOut, r.xs[k][:len(ch.IDs)*H], H)
+		}
+		if err != nil {
+			return err
+		}
 		if h != nil {
 			setPhase("hessian")
 			h.Add(x, len(ch.IDs))

@@ -189,6 +189,15 @@ func TestForwardOverflowRefused(t *testing.T) {
 	pokeTensor(t, m, "model.layers.0.mlp.down_proj.weight", []byte{0x7f, 0x7f})
 	expect(t, 1, []string{"layer 0: NaN in mlp_out at row 0", "overflowed float32"}, "forward", "--model", m, "--ids", "1,2,3")
 	expect(t, 1, []string{"layer 0", "overflowed float32"}, "eval", "--base", m, "--model", m, "--ctx", "64", "--greedy", "0")
+	// The calibrated builds run the layer's stages themselves: the same
+	// refusal, before a Hessian or a report holds NaN, and nothing written.
+	for _, b := range []string{"gptq", "w8a8", "w4a16"} {
+		out := filepath.Join(t.TempDir(), b)
+		expect(t, 1, []string{"layer 0: ", "overflowed float32"}, b, "--model", m, "--out", out)
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%s: %s written after the overflow", b, out)
+		}
+	}
 }
 
 // editConfig rewrites dir/config.json with edit applied to its object.
