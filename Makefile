@@ -18,7 +18,7 @@ vet:
 # The packages whose results depend on the kernel family run once more
 # under each forced family narrower than the native one (which ran in
 # ./...): generic everywhere, avx2 on an AVX-512 CPU.
-FAMILY_PKGS := ./kernels ./forward ./eval ./gptq ./calib ./quant ./verify ./onnxeval ./qnn
+FAMILY_PKGS := ./kernels ./forward ./eval ./verify ./onnxeval ./rotate
 CPU_FLAGS   := avx2|fma|avx512f|avx512dq|avx512bw|avx512_bf16|amx_tile|amx_bf16|amx_int8
 
 test: vet ort
