@@ -11,20 +11,8 @@
 set -euo pipefail
 work=$1 bin=${2:-./sparkconv}
 shift $(( $# >= 2 ? 2 : 1 ))
-model=${SPARKCONV_REAL_CACHE:-$HOME/.cache/sparkconv/real}/smollm2-135m-spark
-text=$(cd "$(dirname "$0")/.." && pwd)/testdata/real/heldout.txt
-mkdir -p "$work"
-# The held-out text as ids (sparkconv tokenize with the model's tokenizer.json,
-# no BOS, as llama-perplexity reads the file): the same token stream as
-# --samples, and with --ids the greedy test takes a prompt of 32 tokens every
-# 128 tokens, where --samples would take one per sample (the file is one).
-ids=$work/heldout.ids
-if [ ! -f "$ids" ]; then
-	python3 -c 'import json, sys; print(json.dumps({"text": open(sys.argv[1], encoding="utf-8").read()}))' "$text" |
-		"$bin" tokenize --tokenizer "$model/tokenizer.json" |
-		python3 -c 'import json, sys; print(" ".join(map(str, json.loads(sys.stdin.readline())["ids"])))' >"$ids.tmp"
-	mv "$ids.tmp" "$ids"
-fi
+# shellcheck source=scripts/real-common.sh
+. "$(dirname "$0")/real-common.sh"
 rows=(
 	"w8a8-rtn w8a8 --rtn"
 	"w4a16-gptq w4a16 --group 64"

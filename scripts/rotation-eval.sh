@@ -11,16 +11,8 @@
 set -euo pipefail
 work=$1 bin=${2:-./sparkconv}
 shift $(( $# >= 2 ? 2 : 1 ))
-model=${SPARKCONV_REAL_CACHE:-$HOME/.cache/sparkconv/real}/smollm2-135m-spark
-text=$(cd "$(dirname "$0")/.." && pwd)/testdata/real/heldout.txt
-mkdir -p "$work"
-ids=$work/heldout.ids
-if [ ! -f "$ids" ]; then
-	python3 -c 'import json, sys; print(json.dumps({"text": open(sys.argv[1], encoding="utf-8").read()}))' "$text" |
-		"$bin" tokenize --tokenizer "$model/tokenizer.json" |
-		python3 -c 'import json, sys; print(" ".join(map(str, json.loads(sys.stdin.readline())["ids"])))' >"$ids.tmp"
-	mv "$ids.tmp" "$ids"
-fi
+# shellcheck source=scripts/real-common.sh
+. "$(dirname "$0")/real-common.sh"
 # rot-*: the rotation alone; rotsd-f32: with down_proj smoothing (the default)
 for dt in f32 same; do
 	[ -d "$work/rot-$dt" ] || "$bin" rotate --model "$model" --out "$work/rot-$dt" --dtype "$dt" --seed 0 --smooth-down 0
