@@ -3,7 +3,8 @@ package rotate
 import (
 	"context"
 	"fmt"
-	"slices"
+	"strings"
+	"sync"
 
 	"sparkconv/convert"
 	"sparkconv/dtype"
@@ -38,7 +39,7 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{j: j, rot: rot, qt: rot.Transposed(), dt: o.DType}
+	w := &writer{j: j, rot: rot, qt: rot.Transposed(), dt: o.DType, norms: map[string][]float32{}}
 	j.Report.Method = "residual rotation (QuaRot R1): " + rot.String() + "; norms folded into the linears that read them"
 	meta := rot.meta()
 	if o.Smooth.Alpha > 0 {
@@ -96,65 +97,66 @@ type writer struct {
 	qt  []float32 // Qᵀ
 	dt  dtype.DType
 	// down[i] are layer i's down_proj smoothing scales (nil: none).
-	down [][]float32
+	down  [][]float32
+	norms map[string][]float32 // norm weights in float32, by name (norm)
+	mu    sync.Mutex           // guards norms
+}
+
+// readsNorm is the norm whose output each reading linear of a layer takes.
+var readsNorm = map[string]string{
+	spark.QKV: spark.InputNorm, spark.GateProj: spark.InputNorm,
+	spark.MLPGate: spark.PostNorm, spark.MLPUp: spark.PostNorm,
 }
 
 // tensor is the rotated version of the input tensor s.
 func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
-	c := w.j.Model.Config
-	switch {
-	case s.Kind == spark.KindEmbedding:
-		return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) { return w.right(v, rows), nil }), nil
-	case s.Kind == spark.KindNorm:
+	switch s.Kind {
+	case spark.KindEmbedding:
+		return w.out(s.Name, s.Name, true, func(v []float32, _, rows int) ([]float32, error) { return w.right(v, rows), nil }), nil
+	case spark.KindNorm:
 		return w.out(s.Name, s.Name, true, func(v []float32, _, _ int) ([]float32, error) {
 			for i := range v {
 				v[i] = 1
 			}
 			return v, nil
 		}), nil
-	case s.Kind == spark.KindHead:
+	case spark.KindHead:
 		return w.head(spark.HeadName), nil
 	}
-	var norm string
-	switch module := s.Name[len(spark.LayerModule(s.Layer, "")):]; {
-	case slices.Contains([]string{spark.QKV + ".weight", spark.GateProj + ".weight"}, module):
-		norm = spark.LayerWeight(s.Layer, spark.InputNorm)
-	case slices.Contains([]string{spark.MLPGate + ".weight", spark.MLPUp + ".weight"}, module):
-		norm = spark.LayerWeight(s.Layer, spark.PostNorm)
-	case module == spark.MLPDown+".weight" && w.down != nil:
-		sc := w.down[s.Layer]
-		return w.out(s.Name, s.Name, false, func(v []float32, r0, rows int) ([]float32, error) {
-			scaleColumns(v, sc)
+	module := strings.TrimPrefix(s.Module(), spark.LayerModule(s.Layer, ""))
+	var smooth []float32 // the layer's down_proj smoothing scales: up_proj's rows / s, down_proj's columns · s
+	if w.down != nil && (module == spark.MLPUp || module == spark.MLPDown) {
+		smooth = w.down[s.Layer]
+	}
+	if n, ok := readsNorm[module]; ok {
+		norm := spark.LayerWeight(s.Layer, n)
+		return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) {
+			o, err := w.folded(v, rows, norm)
+			if err == nil && smooth != nil {
+				divideRows(o, smooth[r0:r0+rows])
+			}
+			return o, err
+		}), nil
+	}
+	if module == spark.OProj || module == spark.MLPDown {
+		return w.out(s.Name, s.Name, false, func(v []float32, _, rows int) ([]float32, error) {
+			if smooth != nil {
+				scaleColumns(v, smooth)
+			}
 			return w.left(v, rows), nil
 		}), nil
-	case slices.Contains([]string{spark.OProj + ".weight", spark.MLPDown + ".weight"}, module):
-		return w.out(s.Name, s.Name, false, func(v []float32, r0, rows int) ([]float32, error) { return w.left(v, rows), nil }), nil
-	default:
-		return safetensors.Tensor{}, fmt.Errorf("%s: no rotation rule for this tensor (hidden size %d)", s.Name, c.HiddenSize)
 	}
-	if module := s.Name[len(spark.LayerModule(s.Layer, "")):]; module == spark.MLPUp+".weight" && w.down != nil {
-		return w.upSmoothed(s, norm), nil
-	}
-	return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) { return w.folded(v, rows, norm) }), nil
+	return safetensors.Tensor{}, fmt.Errorf("%s: no rotation rule for this tensor", s.Name)
 }
 
-// upSmoothed is up_proj rotated, each output row r divided by the layer's
-// smoothing scale s_r.
-func (w *writer) upSmoothed(s spark.TensorSpec, norm string) safetensors.Tensor {
-	sc := w.down[s.Layer]
-	return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) {
-		o, err := w.folded(v, rows, norm)
-		if err != nil {
-			return nil, err
+// divideRows divides row r of the row-major w [len(s), *] by s[r].
+func divideRows(w []float32, s []float32) {
+	n := len(w) / len(s)
+	for r, d := range s {
+		for k := range w[r*n : (r+1)*n] {
+			w[r*n+k] /= d
 		}
-		n := w.rot.N
-		for r := range rows {
-			for k := range o[r*n : (r+1)*n] {
-				o[r*n+k] /= sc[r0+r]
-			}
-		}
-		return o, nil
-	})
+	}
 }
 
 // scaleColumns multiplies column c of the row-major w [*, len(s)] by s[c].
@@ -225,7 +227,7 @@ func (w *writer) out(name, from string, rowwise bool, f func(v []float32, r0, ro
 
 // folded is W·diag(norm)·Q for W [rows, n].
 func (w *writer) folded(v []float32, rows int, norm string) ([]float32, error) {
-	_, g, err := w.j.Model.Float32(norm)
+	g, err := w.norm(norm)
 	if err != nil {
 		return nil, err
 	}
@@ -237,6 +239,22 @@ func (w *writer) folded(v []float32, rows int, norm string) ([]float32, error) {
 		}
 	}
 	return w.right(v, rows), nil
+}
+
+// norm is the norm weight name in float32, decoded once per writer (each
+// is read by two linears, over many row blocks).
+func (w *writer) norm(name string) ([]float32, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if g, ok := w.norms[name]; ok {
+		return g, nil
+	}
+	_, g, err := w.j.Model.Float32(name)
+	if err != nil {
+		return nil, err
+	}
+	w.norms[name] = g
+	return g, nil
 }
 
 // right is W·Q for W [rows, n].
