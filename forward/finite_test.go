@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"sparkconv/fixtures/fixturestest"
 	"sparkconv/safetensors"
 )
 
@@ -17,39 +17,17 @@ import (
 // weights whose products overflow float32.
 func extremeModel(t *testing.T, golden string, names ...string) string {
 	t.Helper()
-	src := filepath.Join(goldenDir, golden)
 	dir := t.TempDir()
-	for _, f := range []string{"config.json", "tokenizer.json"} {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.WriteFile(filepath.Join(dir, f), b, 0o644)
-	}
-	ck, err := safetensors.OpenDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	var ts []safetensors.Tensor
-	for _, n := range ck.Names() {
-		info, raw, err := ck.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := append([]byte(nil), raw...)
+	fixturestest.Rewrite(t, filepath.Join(goldenDir, golden), dir, func(ts *safetensors.Tensor, b []byte) bool {
 		for _, x := range names {
-			if x == n {
+			if x == ts.Name {
 				for i := 0; i+1 < len(b); i += 2 {
 					b[i], b[i+1] = 0x7f, 0x7f
 				}
 			}
 		}
-		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Produce: func() ([]byte, error) { return b, nil }})
-	}
-	if _, err := safetensors.WriteCheckpoint(dir, ts, safetensors.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+		return true
+	})
 	return dir
 }
 

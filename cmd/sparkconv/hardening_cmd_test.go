@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sparkconv/dtype"
+	"sparkconv/fixtures/fixturestest"
 	"sparkconv/safetensors"
 )
 
@@ -260,36 +261,15 @@ func TestMathConfigRefused(t *testing.T) {
 // same element size.
 func rewriteCheckpoint(t *testing.T, src, dst string, drop []string, shape map[string][]int64, dt map[string]string) {
 	t.Helper()
-	for _, f := range []string{"config.json", "tokenizer.json"} {
-		b, _ := os.ReadFile(filepath.Join(src, f))
-		os.WriteFile(filepath.Join(dst, f), b, 0o644)
-	}
-	ck, err := safetensors.OpenDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	var ts []safetensors.Tensor
-	for _, n := range ck.Names() {
-		info, raw, err := ck.Raw(n)
-		if err != nil {
-			t.Fatal(err)
+	fixturestest.Rewrite(t, src, dst, func(ts *safetensors.Tensor, _ []byte) bool {
+		if s, ok := shape[ts.Name]; ok {
+			ts.Shape = s
 		}
-		if contains(drop, n) {
-			continue
+		if d, ok := dt[ts.Name]; ok {
+			ts.DType = dtype.DType(d)
 		}
-		tt := safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Produce: func() ([]byte, error) { return raw, nil }}
-		if s, ok := shape[n]; ok {
-			tt.Shape = s
-		}
-		if d, ok := dt[n]; ok {
-			tt.DType = dtype.DType(d)
-		}
-		ts = append(ts, tt)
-	}
-	if _, err := safetensors.WriteCheckpoint(dst, ts, safetensors.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+		return !contains(drop, ts.Name)
+	})
 }
 
 func contains(list []string, s string) bool {
