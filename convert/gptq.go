@@ -192,7 +192,7 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	}
 	begin := Start
 	if o.Solver == nil && o.Chooser == nil {
-		begin = startAsRead // round to nearest refuses NaN/Inf as it quantizes
+		begin = StartAsRead // round to nearest refuses NaN/Inf as it quantizes
 	}
 	j, err := begin(ctx, o.Options, "gptq")
 	if err != nil {

@@ -83,12 +83,12 @@ func Start(ctx context.Context, opt Options, scheme string) (*Job, error) {
 	return start(ctx, opt, scheme, true)
 }
 
-// startAsRead is Start without the up-front NaN/Inf scan, for a
+// StartAsRead is Start without the up-front NaN/Inf scan, for a
 // conversion whose every read refuses non-finite values itself: copies
 // through Model.Raw, quantized tensors in the quantizer's own pass (one
 // read of the weights fewer). The output is temporary until Commit, so a
 // NaN found late still leaves nothing behind.
-func startAsRead(ctx context.Context, opt Options, scheme string) (*Job, error) {
+func StartAsRead(ctx context.Context, opt Options, scheme string) (*Job, error) {
 	return start(ctx, opt, scheme, false)
 }
 

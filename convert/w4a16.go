@@ -174,7 +174,7 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	}
 	begin := Start
 	if o.Solver == nil && o.Chooser == nil {
-		begin = startAsRead // round to nearest refuses NaN/Inf as it quantizes
+		begin = StartAsRead // round to nearest refuses NaN/Inf as it quantizes
 	}
 	j, err := begin(ctx, o.Options, "w4a16")
 	if err != nil {

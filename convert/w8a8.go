@@ -73,7 +73,7 @@ func W8A8(ctx context.Context, opt Options) (*Report, error) {
 func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 	begin := Start
 	if o.Solver == nil {
-		begin = startAsRead
+		begin = StartAsRead
 	}
 	j, err := begin(ctx, o.Options, "w8a8")
 	if err != nil {

@@ -29,7 +29,9 @@ type Options struct {
 
 // Run writes the rotated checkpoint of o.Model into o.Out.
 func Run(ctx context.Context, o Options) (*convert.Report, error) {
-	j, err := convert.Start(ctx, o.Options, "rotate")
+	// Every read goes through Model.Raw, which refuses NaN/Inf itself, so
+	// the up-front scan (one more read of every weight) is skipped.
+	j, err := convert.StartAsRead(ctx, o.Options, "rotate")
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"sparkconv/convert"
@@ -13,6 +14,7 @@ import (
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/quant"
+	"sparkconv/safetensors"
 )
 
 // TestHadamard: every order the construction covers gives H·Hᵀ = n·I
@@ -184,5 +186,27 @@ func TestSmoothScales(t *testing.T) {
 	}
 	if s := smoothScales([]float64{1e-12}, []float32{1e6}, 0.5); s[0] != 1e-5 {
 		t.Errorf("clamp: %v, want 1e-5", s[0])
+	}
+}
+
+// TestRotateRefusesNaN: a weight holding NaN is refused by name, with and
+// without the smoothing pass, and nothing is written.
+func TestRotateRefusesNaN(t *testing.T) {
+	src := t.TempDir()
+	fixturestest.Rewrite(t, fixturestest.Tiny(t, false), src, func(ts *safetensors.Tensor, b []byte) bool {
+		if ts.Name == "model.layers.1.mlp.up_proj.weight" {
+			b[0], b[1] = 0xc0, 0x7f // bf16 NaN
+		}
+		return true
+	})
+	for _, sm := range []Smoothing{{}, {Alpha: 0.3, Tokens: 256, SeqLen: 64}} {
+		out := filepath.Join(t.TempDir(), "rot")
+		_, err := Run(t.Context(), Options{Options: convert.Options{Model: src, Out: out, Quiet: true}, Smooth: sm})
+		if err == nil || !strings.Contains(err.Error(), `"model.layers.1.mlp.up_proj.weight" holds NaN`) {
+			t.Errorf("smoothing %v: %v, want the NaN named", sm.Alpha, err)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("smoothing %v: %s written", sm.Alpha, out)
+		}
 	}
 }
