@@ -16,7 +16,7 @@ import (
 	"sparkconv/tokenizer"
 )
 
-const corpus = "../fixtures/corpus/calib.txt"
+const corpusFile = "../fixtures/corpus/calib.txt"
 
 var (
 	tinyOnce sync.Once
@@ -62,7 +62,7 @@ func setup(t *testing.T, n, seqLen int) (*forward.Model, *tokenizer.Tokenizer, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	texts, err := ReadSamples(corpus)
+	texts, err := ReadSamples(corpusFile)
 	if err != nil {
 		t.Fatal(err)
 	}

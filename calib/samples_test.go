@@ -26,23 +26,23 @@ func TestParseSamples(t *testing.T) {
 		{name: "keeps inner blank lines", data: "a\n\n  b\n\n---\nc", want: []string{"a\n\n  b\n", "c"}},
 		{name: "dashes inside a line", data: "a --- b\n----\n", want: []string{"a --- b\n----"}},
 		{name: "single", data: "hello", want: []string{"hello"}},
-		{name: "empty file", data: "", err: "corpus.txt: sample 1 (line 1) is empty"},
-		{name: "empty middle", data: "a\n---\n  \n---\nb", err: "corpus.txt: sample 2 (line 3) is empty"},
+		{name: "empty file", data: "", err: "corpusFile.txt: sample 1 (line 1) is empty"},
+		{name: "empty middle", data: "a\n---\n  \n---\nb", err: "corpusFile.txt: sample 2 (line 3) is empty"},
 		{name: "leading separator", data: "---\na", err: "sample 1 (line 1) is empty"},
-		{name: "nul", data: "a\n---\nb\x00c", err: "corpus.txt: sample 2 (line 3) holds a NUL byte (byte 1 of the sample): binary input"},
-		{name: "latin1", data: "ok\n---\ncaf\xe9\n", err: "corpus.txt: sample 2 (line 3) is not valid UTF-8 (first bad byte at offset 3"},
+		{name: "nul", data: "a\n---\nb\x00c", err: "corpusFile.txt: sample 2 (line 3) holds a NUL byte (byte 1 of the sample): binary input"},
+		{name: "latin1", data: "ok\n---\ncaf\xe9\n", err: "corpusFile.txt: sample 2 (line 3) is not valid UTF-8 (first bad byte at offset 3"},
 		{name: "jsonl", data: "{\"text\": \"a\\nb\"}\n\n{\"text\":\"c\",\"id\":3}\n", jsonl: true, want: []string{"a\nb", "c"}, lines: []int{1, 3}},
-		{name: "jsonl no text", data: "{\"text\":\"a\"}\n{\"body\":\"c\"}\n", jsonl: true, err: "corpus.txt: sample 2 (line 2): no string field \"text\""},
+		{name: "jsonl no text", data: "{\"text\":\"a\"}\n{\"body\":\"c\"}\n", jsonl: true, err: "corpusFile.txt: sample 2 (line 2): no string field \"text\""},
 		{name: "jsonl text not string", data: "{\"text\":3}\n", jsonl: true, err: "sample 1 (line 1): invalid JSON"},
 		{name: "jsonl bad json", data: "{\"text\":\"a\"\n", jsonl: true, err: "sample 1 (line 1): invalid JSON"},
 		{name: "jsonl empty text", data: "{\"text\":\" \\n\"}\n", jsonl: true, err: "sample 1 (line 1) is empty"},
 		{name: "jsonl binary", data: "{\"text\":\"a\x00\"}\n", jsonl: true, err: "holds a NUL byte"},
 		{name: "jsonl not utf8", data: "{\"text\":\"\xff\"}\n", jsonl: true, err: "is not valid UTF-8"},
-		{name: "jsonl nothing", data: "\n\n", jsonl: true, err: "corpus.txt: no samples"},
+		{name: "jsonl nothing", data: "\n\n", jsonl: true, err: "corpusFile.txt: no samples"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseSamples([]byte(tc.data), "corpus.txt", tc.jsonl)
+			got, err := ParseSamples([]byte(tc.data), "corpusFile.txt", tc.jsonl)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
@@ -55,7 +55,7 @@ func TestParseSamples(t *testing.T) {
 			var texts []string
 			for k, s := range got {
 				texts = append(texts, s.Text)
-				if s.Index != k+1 || s.File != "corpus.txt" {
+				if s.Index != k+1 || s.File != "corpusFile.txt" {
 					t.Errorf("sample %d: index %d file %q", k, s.Index, s.File)
 				}
 				if tc.lines != nil && s.Line != tc.lines[k] {

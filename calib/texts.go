@@ -6,14 +6,9 @@ import (
 	"fmt"
 	"io"
 
-	"sparkconv/fixtures"
+	"sparkconv/fixtures/corpus"
 	"sparkconv/infile"
 )
-
-// EmbeddedCorpus names the calibration text built into the binary
-// (fixtures.Corpus: English, code, Chinese and tool-call transcripts), the
-// text every calibrating command takes when given no samples file.
-const EmbeddedCorpus = "embedded corpus"
 
 // ReadTexts reads the samples files (ReadSamples' formats; none: the
 // embedded corpus) and returns the samples, their sources and the sha256
@@ -21,9 +16,9 @@ const EmbeddedCorpus = "embedded corpus"
 func ReadTexts(files []string) ([]Text, []string, string, error) {
 	h := sha256.New()
 	if len(files) == 0 {
-		h.Write([]byte(fixtures.Corpus))
-		t, err := ParseSamples([]byte(fixtures.Corpus), EmbeddedCorpus, false)
-		return t, []string{EmbeddedCorpus}, hex.EncodeToString(h.Sum(nil)), err
+		h.Write([]byte(corpus.Calib))
+		t, err := ParseSamples([]byte(corpus.Calib), corpus.CalibName, false)
+		return t, []string{corpus.CalibName}, hex.EncodeToString(h.Sum(nil)), err
 	}
 	var texts []Text
 	for _, f := range files {

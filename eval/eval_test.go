@@ -3,13 +3,13 @@ package eval
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"sparkconv/convert"
+	"sparkconv/fixtures/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/tokenizer"
@@ -154,7 +154,7 @@ func tinyText(t *testing.T, dir string) *Text {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := TextFromSamples([]byte(HeldOut), HeldOutName, false, tok, 16)
+	text, err := TextFromSamples([]byte(corpus.HeldOut), corpus.HeldOutName, false, tok, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,36 +249,5 @@ func TestIdenticalBuild(t *testing.T) {
 	other.Ctx = 32
 	if _, _, err := EnsureBase(basePath, open, text, other, 512); err == nil || !strings.Contains(err.Error(), "--ctx 64, not 32") {
 		t.Errorf("stale base: %v", err)
-	}
-}
-
-// TestHeldOutDisjoint: the built-in text shares no run of 8 words with
-// the calibration corpus, apart from the chat template's system line.
-func TestHeldOutDisjoint(t *testing.T) {
-	calib, err := os.ReadFile("../fixtures/corpus/calib.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	grams := func(s string) map[string]bool {
-		var words []string
-		for _, line := range strings.Split(s, "\n") {
-			if !strings.HasPrefix(line, "You are a helpful assistant") {
-				words = append(words, strings.Fields(line)...)
-			}
-		}
-		out := map[string]bool{}
-		for i := 0; i+8 <= len(words); i++ {
-			out[strings.Join(words[i:i+8], " ")] = true
-		}
-		return out
-	}
-	c := grams(string(calib))
-	for g := range grams(HeldOut) {
-		if c[g] {
-			t.Errorf("held-out text shares %q with the calibration corpus", g)
-		}
-	}
-	if len(HeldOut) < 8000 {
-		t.Errorf("held-out text is %d bytes", len(HeldOut))
 	}
 }

@@ -1,7 +1,6 @@
 package eval
 
 import (
-	_ "embed"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,23 +9,10 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// HeldOut is the default evaluation text shipped in the binary: English
-// prose, Go and Python code, Chinese, and tool-call transcripts in the
-// chat template, written for sparkconv and disjoint from the calibration
-// corpus (fixtures/corpus; a test checks that no run of 8 words is shared
-// outside the template's system line). Samples are separated by "---"
-// lines, as in a --samples file.
-//
-//go:embed heldout.txt
-var HeldOut string
-
-// HeldOutName names the embedded text in reports.
-const HeldOutName = "built-in held-out text"
-
 // Text is the evaluation input: the token stream the windows are cut from,
 // and the greedy test's prompts.
 type Text struct {
-	Source  string  // file name, or HeldOutName
+	Source  string  // file name, or corpus.HeldOutName
 	Stream  []int   // every token, windows are cut from it
 	Prompts [][]int // one per sample: its first tokens
 }

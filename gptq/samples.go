@@ -8,9 +8,6 @@ import (
 	"sparkconv/calib"
 )
 
-// EmbeddedCorpus names the calibration text built into the binary.
-const EmbeddedCorpus = calib.EmbeddedCorpus
-
 // Defaults of the calibration (flags --tokens and --seq-len).
 const (
 	// DefaultBudget is the number of calibration tokens run through the

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"sparkconv/convert"
-	"sparkconv/fixtures"
+	"sparkconv/fixtures/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/safetensors"
@@ -56,7 +56,7 @@ func TestCalibratedGPTQ(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "q")
 	rep := runGPTQ(t, in, out, &Calibrator{Budget: testBudget}, true)
 	qc := readJSON(t, filepath.Join(out, "config.json"))["quantization_config"].(map[string]any)
-	sum := sha256.Sum256([]byte(fixtures.Corpus))
+	sum := sha256.Sum256([]byte(corpus.Calib))
 	want := map[string]any{"damp_percent": 0.01, "true_sequential": true, "static_groups": false, "desc_act": false}
 	for k, v := range want {
 		if qc[k] != v {
@@ -293,7 +293,7 @@ func TestShortText(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	dir := t.TempDir()
 	samples := filepath.Join(dir, "short.txt")
-	os.WriteFile(samples, []byte(strings.Join(strings.Split(fixtures.Corpus, "\n---\n")[:6], "\n---\n")), 0o644)
+	os.WriteFile(samples, []byte(strings.Join(strings.Split(corpus.Calib, "\n---\n")[:6], "\n---\n")), 0o644)
 	var log strings.Builder
 	rep := runGPTQ(t, in, filepath.Join(dir, "q"), &Calibrator{Files: []string{samples}, Budget: 1 << 20, Log: &log}, false)
 	n := rep.Calibration.Tokens

@@ -11,6 +11,7 @@ import (
 
 	"sparkconv/eval"
 	"sparkconv/eval/evalort"
+	"sparkconv/fixtures/corpus"
 	"sparkconv/forward"
 	"sparkconv/infile"
 	"sparkconv/onnxgraph"
@@ -137,7 +138,7 @@ func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
 		return nil, fmt.Errorf("--base: %w (give --ids to score token ids without a tokenizer)", err)
 	}
 	if ef.samples == "" {
-		return eval.TextFromSamples([]byte(eval.HeldOut), eval.HeldOutName, false, tok, promptLen)
+		return eval.TextFromSamples([]byte(corpus.HeldOut), corpus.HeldOutName, false, tok, promptLen)
 	}
 	data, err := infile.ReadFile(ef.samples, infile.TextMax)
 	if err != nil {

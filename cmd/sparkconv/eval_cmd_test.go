@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sparkconv/eval"
+	"sparkconv/fixtures/corpus"
 	"sparkconv/kernels"
 )
 
@@ -113,7 +113,7 @@ func TestBuildGate(t *testing.T) {
 	}
 	// a short samples file: two samples, one 512-token window
 	samples := filepath.Join(dir, "s.txt")
-	parts := strings.SplitN(eval.HeldOut, "\n---\n", 3)
+	parts := strings.SplitN(corpus.HeldOut, "\n---\n", 3)
 	if err := os.WriteFile(samples, []byte(parts[0]+"\n---\n"+parts[1]+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestEvalExport(t *testing.T) {
 	mustRun(t, "fixture", "--preset", "tiny", "--out", m)
 	mustRun(t, "export-onnx", "--model", m, "--out", exp, "--context", "72", "--layout", "ring")
 	samples := filepath.Join(dir, "s.txt")
-	if err := os.WriteFile(samples, []byte(strings.SplitN(eval.HeldOut, "\n---\n", 2)[0]), 0o644); err != nil {
+	if err := os.WriteFile(samples, []byte(strings.SplitN(corpus.HeldOut, "\n---\n", 2)[0]), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var r map[string]any

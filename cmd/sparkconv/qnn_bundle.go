@@ -1,22 +1,17 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"sparkconv/calib"
-	"sparkconv/fixtures"
 	"sparkconv/forward"
-	"sparkconv/infile"
 	"sparkconv/kernels"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
@@ -79,7 +74,7 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	fl.StringVar(&f.model, "model", "", "the model folder the export was made from (config.json, safetensors, tokenizer.json)")
 	fl.StringVar(&f.export, "export", "", "the export-onnx output folder (float32)")
 	fl.StringVar(&f.out, "out", "", "output folder")
-	fl.StringVar(&f.samples, "samples", "", "calibration text (samples separated by lines holding ---, or .jsonl); default: the embedded calibration corpus")
+	fl.StringVar(&f.samples, "samples", "", "calibration text (samples separated by lines holding ---, or .jsonl); default: the embedded corpus")
 	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
 	fl.IntVar(&f.positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
@@ -114,25 +109,6 @@ func (f *qnnBundleFlags) check() (qnn.Precision, error) {
 		return prec, usagef("--precision: %v", err)
 	}
 	return prec, nil
-}
-
-// bundleText returns the calibration samples, where they came from, and
-// the sha256 of their bytes.
-func bundleText(path string) ([]calib.Text, string, string, error) {
-	data, name := []byte(fixtures.Corpus), "embedded calibration corpus"
-	if path != "" {
-		var err error
-		if data, err = infile.ReadFile(path, infile.TextMax); err != nil {
-			return nil, "", "", err
-		}
-		name = path
-	}
-	texts, err := calib.ParseSamples(data, name, strings.EqualFold(filepath.Ext(path), ".jsonl"))
-	if err != nil {
-		return nil, "", "", err
-	}
-	sum := sha256.Sum256(data)
-	return texts, name, hex.EncodeToString(sum[:]), nil
 }
 
 // streamTokens concatenates the samples' tokens (each with the tokenizer's
@@ -188,10 +164,15 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 	if err != nil {
 		return err
 	}
-	texts, source, textSHA, err := bundleText(f.samples)
+	var files []string
+	if f.samples != "" {
+		files = []string{f.samples}
+	}
+	texts, sources, textSHA, err := calib.ReadTexts(files)
 	if err != nil {
 		return err
 	}
+	source := sources[0]
 	ref, err := forward.Open(f.model, forward.Options{})
 	if err != nil {
 		return err

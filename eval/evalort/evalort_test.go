@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"sparkconv/eval"
+	"sparkconv/fixtures/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
@@ -34,7 +35,7 @@ func TestExportFidelity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := eval.TextFromSamples([]byte(eval.HeldOut), eval.HeldOutName, false, tok, 16)
+	text, err := eval.TextFromSamples([]byte(corpus.HeldOut), corpus.HeldOutName, false, tok, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
