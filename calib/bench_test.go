@@ -61,9 +61,9 @@ func BenchmarkCalibrateLayer(b *testing.B) {
 		b.Fatal(err)
 	}
 	obs := newObserver(0)
-	for _, in := range layerInputs {
-		n := map[forward.Point]int{forward.AttnNorm: 2048, forward.AttnGated: 2048, forward.MLPNorm: 2048, forward.MLPAct: 6656}[in.point]
-		obs.inputs[in.point] = newInputAcc(n)
+	for _, in := range forward.LinearInputs {
+		n := map[forward.Point]int{forward.AttnNorm: 2048, forward.AttnGated: 2048, forward.MLPNorm: 2048, forward.MLPAct: 6656}[in.Point]
+		obs.inputs[in.Point] = newInputAcc(n)
 	}
 	hessFLOPs := 0.0
 	for _, n := range []int{2048, 2048, 2048, 6656} {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"sparkconv/forward"
 	"sparkconv/infile"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -49,10 +50,10 @@ func InputOf(module string) (prefix, file string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("module %q: layer index: %w", module, err)
 	}
-	for _, in := range layerInputs {
-		for _, r := range in.readers {
+	for _, in := range forward.LinearInputs {
+		for _, r := range in.Readers {
 			if r == m[2] {
-				return spark.LayerModule(i, in.module) + ".input", LayerFile(i), nil
+				return spark.LayerModule(i, in.Readers[0]) + ".input", LayerFile(i), nil
 			}
 		}
 	}

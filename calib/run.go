@@ -160,10 +160,10 @@ func (lr *layerRun) layer(i int, s *Summary) error {
 	c := lr.m.Cfg
 	lr.opt.Bar.Describe(fmt.Sprintf("calibrate layer %d/%d", i+1, c.NumLayers))
 	obs := newObserver(i)
-	for _, in := range layerInputs {
-		a := lr.accs[in.point]
-		a.reset(spark.LayerModule(i, in.module) + ".input")
-		obs.inputs[in.point] = a
+	for _, in := range forward.LinearInputs {
+		a := lr.accs[in.Point]
+		a.reset(spark.LayerModule(i, in.Readers[0]) + ".input")
+		obs.inputs[in.Point] = a
 	}
 	for k, ch := range lr.chunks {
 		if err := lr.opt.Ctx.Err(); err != nil {
@@ -179,14 +179,14 @@ func (lr *layerRun) layer(i int, s *Summary) error {
 		return err
 	}
 	var ts []safetensors.Tensor
-	for _, in := range layerInputs {
-		a := lr.accs[in.point]
+	for _, in := range forward.LinearInputs {
+		a := lr.accs[in.Point]
 		ts = append(ts, a.tensors(&lr.hbuf)...)
 		var readers []string
-		for _, r := range in.readers {
+		for _, r := range in.Readers {
 			readers = append(readers, spark.LayerModule(i, r))
 		}
-		s.Inputs = append(s.Inputs, a.info(LayerFile(i), i, in.point, readers))
+		s.Inputs = append(s.Inputs, a.info(LayerFile(i), i, in.Point, readers))
 	}
 	if err := writeTensors(lr.dir, LayerFile(i), ts); err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"sparkconv/forward"
 	"sparkconv/kernels"
 	"sparkconv/safetensors"
-	"sparkconv/spark"
 )
 
 // Range is the extent of one intermediate tensor over every calibration
@@ -78,46 +77,30 @@ func extent(d []float32) Range {
 	return Range{Min: lo, Max: hi, AbsMax: max(-lo, hi), bad: bad, seen: true}
 }
 
-// linearInput is an activation that a linear layer reads.
-type linearInput struct {
-	point   forward.Point
-	module  string   // the first consumer: names the statistics
-	readers []string // every module that reads it
-}
-
-// layerInputs are the four distinct linear inputs of a layer.
-var layerInputs = []linearInput{
-	{forward.AttnNorm, spark.QKV, []string{spark.QKV, spark.GateProj}},
-	{forward.AttnGated, spark.OProj, []string{spark.OProj}},
-	{forward.MLPNorm, spark.MLPGate, []string{spark.MLPGate, spark.MLPUp}},
-	{forward.MLPAct, spark.MLPDown, []string{spark.MLPDown}},
-}
-
 // HeadModule names the output head's input statistics (tied or not).
 const HeadModule = "lm_head"
 
 // inputAcc accumulates one linear input: per-channel extent and mean square
-// and the Hessian sum X^T X in float64.
+// beside its Hessian.
 type inputAcc struct {
 	prefix         string // tensor name prefix, e.g. model.layers.0.mlp.down_proj.input
 	n              int
-	tokens         int64
 	absmax, lo, hi []float32
 	sumsq          []float64
-	hess           []float64 // [n, n]
+	hess           *Hessian // every row added as it comes
 }
 
 func newInputAcc(n int) *inputAcc {
 	return &inputAcc{n: n, absmax: make([]float32, n), lo: make([]float32, n), hi: make([]float32, n),
-		sumsq: make([]float64, n), hess: make([]float64, n*n)}
+		sumsq: make([]float64, n), hess: NewHessian(n)}
 }
 
 // reset empties the accumulator for a new input, keeping its memory.
 func (a *inputAcc) reset(prefix string) {
-	a.prefix, a.tokens = prefix, 0
+	a.prefix = prefix
 	clear(a.absmax)
 	clear(a.sumsq)
-	clear(a.hess)
+	a.hess.Reset()
 	for c := range a.lo {
 		a.lo[c], a.hi[c] = float32(math.Inf(1)), float32(math.Inf(-1))
 	}
@@ -144,8 +127,7 @@ func (a *inputAcc) add(x []float32, rows int) {
 			a.absmax[c0+k] = max(-lo[k], hi[k])
 		}
 	})
-	kernels.SyrkAccumulateLower(a.hess, x, rows, n) // mirrored once, when written
-	a.tokens += int64(rows)
+	a.hess.Add(x, rows) // mirrored once, when written
 }
 
 // Tensor name suffixes of a linear input's statistics.
@@ -165,22 +147,23 @@ const (
 func (a *inputAcc) tensors(buf *[]byte) []safetensors.Tensor {
 	n := int64(a.n)
 	meanSq := make([]float32, a.n)
+	tokens := a.hess.Tokens
 	for c, s := range a.sumsq {
-		meanSq[c] = float32(s / float64(max(a.tokens, 1)))
+		meanSq[c] = float32(s / float64(max(tokens, 1)))
 	}
-	tokens := a.tokens
 	return []safetensors.Tensor{
 		forward.F32Tensor(a.prefix+SuffixAbsMax, a.absmax, n),
 		forward.F32Tensor(a.prefix+SuffixMin, a.lo, n),
 		forward.F32Tensor(a.prefix+SuffixMax, a.hi, n),
 		forward.F32Tensor(a.prefix+SuffixMeanSq, meanSq, n),
 		{Name: a.prefix + SuffixHessian, DType: dtype.F32, Shape: []int64{n, n}, Produce: func() ([]byte, error) {
-			if cap(*buf) < 4*len(a.hess) {
-				*buf = make([]byte, 4*len(a.hess))
+			h := a.hess.H
+			if cap(*buf) < 4*len(h) {
+				*buf = make([]byte, 4*len(h))
 			}
-			b := (*buf)[:4*len(a.hess)]
-			kernels.SymmetrizeLower(a.hess, a.n)
-			for k, v := range a.hess {
+			b := (*buf)[:4*len(h)]
+			a.hess.Finish()
+			for k, v := range h {
 				binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(float32(v)))
 			}
 			return b, nil
@@ -198,7 +181,7 @@ func (a *inputAcc) info(file string, layer int, p forward.Point, readers []strin
 		am = max(am, v)
 	}
 	return InputInfo{Name: a.prefix, File: file, Layer: layer, Point: p.String(), Modules: readers,
-		Channels: a.n, Tokens: a.tokens, AbsMax: am}
+		Channels: a.n, Tokens: a.hess.Tokens, AbsMax: am}
 }
 
 // observer collects one layer's (or the head's) ranges and linear inputs.

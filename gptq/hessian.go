@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"sparkconv/calib"
 	"sparkconv/kernels"
 )
 
@@ -17,81 +18,17 @@ const HoldOut = 10
 // estimate needs a few hundred, not all).
 const maxHeldRows = 1024
 
-// Hessian accumulates one linear input: H = sum of x x^T over the tokens
-// (lower triangle while accumulating, float64), and every HoldOut-th row
-// kept aside.
-type Hessian struct {
-	K      int
-	H      []float64 // [K, K]; full and symmetric after Finish
-	Tokens int64     // rows in H
-	Held   []float32 // [HeldRows, K] rows kept out of H
-	seen   int64     // rows offered, held-out ones included
-	buf    []float32
-	// AbsMax is max |x| per channel over every row, when TrackMax (for
-	// SmoothQuant).
-	AbsMax   []float32
-	TrackMax bool
-}
-
-// NewHessian returns an empty accumulator for K input channels.
-func NewHessian(k int) *Hessian { return &Hessian{K: k, H: make([]float64, k*k)} }
-
-// Reset empties the accumulator, keeping its memory.
-func (h *Hessian) Reset() {
-	clear(h.H)
-	clear(h.AbsMax)
-	h.Tokens, h.seen, h.Held, h.buf = 0, 0, h.Held[:0], h.buf[:0]
-}
-
-// HeldRows is the number of held-out rows.
-func (h *Hessian) HeldRows() int { return len(h.Held) / h.K }
-
-// Add accumulates x [rows, K]: every HoldOut-th row (counting over all
-// calls) goes to Held, the others into H.
-func (h *Hessian) Add(x []float32, rows int) {
-	k := h.K
-	if h.TrackMax {
-		if len(h.AbsMax) != k {
-			h.AbsMax = make([]float32, k)
-		}
-		for r := range rows {
-			for c, v := range x[r*k : (r+1)*k] {
-				h.AbsMax[c] = max(h.AbsMax[c], float32(math.Abs(float64(v))))
-			}
-		}
-	}
-	for r := range rows {
-		row := x[r*k : (r+1)*k]
-		if (h.seen+int64(r))%HoldOut == HoldOut-1 && len(h.Held) < maxHeldRows*k {
-			h.Held = append(h.Held, row...)
-			continue
-		}
-		h.buf = append(h.buf, row...)
-	}
-	h.seen += int64(rows)
-	if len(h.buf)/k >= flushRows {
-		h.flush()
-	}
-}
-
-// flushRows: rows are gathered into runs this long before they are added
-// to H (each addition reads and writes all of H in float64: for
+// gatherRows: rows are gathered into runs this long before they are added
+// to a Hessian (each addition reads and writes all of H in float64: for
 // down_proj's 6656^2 that costs more than the products of a short chunk).
-const flushRows = 512
+const gatherRows = 512
 
-func (h *Hessian) flush() {
-	if n := len(h.buf) / h.K; n > 0 {
-		kernels.SyrkAccumulateLower(h.H, h.buf, n, h.K)
-		h.Tokens += int64(n)
-	}
-	h.buf = h.buf[:0]
-}
-
-// Finish adds the pending rows and mirrors the lower triangle: H is then
-// the full symmetric matrix.
-func (h *Hessian) Finish() {
-	h.flush()
-	kernels.SymmetrizeLower(h.H, h.K)
+// newHessian is the accumulator of a solve's input with k channels: every
+// HoldOut-th row held out, the rest added in runs of gatherRows.
+func newHessian(k int) *calib.Hessian {
+	h := calib.NewHessian(k)
+	h.HoldOut, h.MaxHeld, h.Gather = HoldOut, maxHeldRows, gatherRows
+	return h
 }
 
 // DefaultDamp is the damping fraction of the mean diagonal (--damp):

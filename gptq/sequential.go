@@ -65,30 +65,17 @@ type layerModule struct {
 }
 
 // layerModules lists the quantized linears in the order they are solved,
-// each with its input (q_k_v_proj's Hessian also belongs to g_proj, which
-// stays float; gate_proj and up_proj share one).
-var layerModules = []layerModule{
-	{spark.QKV, forward.AttnNorm},
-	{spark.OProj, forward.AttnGated},
-	{spark.MLPGate, forward.MLPNorm},
-	{spark.MLPUp, forward.MLPNorm},
-	{spark.MLPDown, forward.MLPAct},
-}
-
-// weights returns the float32 weights of module name in layer l.
-func weights(l *forward.Layer, name string) *[]float32 {
-	switch name {
-	case spark.QKV:
-		return &l.QKV
-	case spark.OProj:
-		return &l.O
-	case spark.MLPGate:
-		return &l.Gate
-	case spark.MLPUp:
-		return &l.Up
+// each with its input (forward.LinearInputs: q_k_v_proj's Hessian also
+// belongs to g_proj, which stays float; gate_proj and up_proj share one).
+var layerModules = func() []layerModule {
+	var out []layerModule
+	for _, in := range forward.LinearInputs {
+		for _, r := range in.QuantReaders() {
+			out = append(out, layerModule{r, in.Point})
+		}
 	}
-	return &l.Down
-}
+	return out
+}()
 
 // gcPercent is the garbage collector's target during a calibration.
 const gcPercent = 20
@@ -105,7 +92,7 @@ type run struct {
 	hand    [][]float32 // what one stage hands the next, per chunk: att [T, QD], then act [T, I]
 	norm    []float32   // a norm's output for the chunk being run [SeqLen, H]
 	targets map[string]convert.Int4Target
-	hess    map[forward.Point]*Hessian
+	hess    map[forward.Point]*calib.Hessian
 	f       Factor
 	st      *store
 	cal     *convert.Calibration
@@ -213,8 +200,8 @@ func (r *run) prepare() error {
 	}
 	r.norm = make([]float32, longest*cfg.HiddenSize)
 	H, I, QD := cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()
-	r.hess = map[forward.Point]*Hessian{forward.AttnNorm: NewHessian(H), forward.AttnGated: NewHessian(QD),
-		forward.MLPNorm: NewHessian(H), forward.MLPAct: NewHessian(I)}
+	r.hess = map[forward.Point]*calib.Hessian{forward.AttnNorm: newHessian(H), forward.AttnGated: newHessian(QD),
+		forward.MLPNorm: newHessian(H), forward.MLPAct: newHessian(I)}
 	if c.Smooth > 0 {
 		if r.spec.Grid != convert.GridInt8 {
 			return fmt.Errorf("SmoothQuant (--smooth) is for W8A8 only: it moves activation outliers into the weights, which 4-bit weights cannot absorb")
@@ -297,7 +284,7 @@ func (r *run) layers() error {
 			{func(k, T int) []float32 { s.MLPOut(r.xs[k], r.hand[k], T); return nil }, -1},
 		}
 		for _, st := range stages {
-			var h *Hessian
+			var h *calib.Hessian
 			if st.input >= 0 {
 				h = r.hess[st.input]
 			}
@@ -346,7 +333,7 @@ func (r *run) floatLayer(i int) error {
 
 // pass runs one stage over every chunk, adding what it returns to h (if
 // any); its time is forward time.
-func (r *run) pass(i int, p forward.Point, run func(k, T int) []float32, h *Hessian) error {
+func (r *run) pass(i int, p forward.Point, run func(k, T int) []float32, h *calib.Hessian) error {
 	t0 := time.Now()
 	defer func() { r.fwd += time.Since(t0) }()
 	H := r.j.Model.Config.HiddenSize
@@ -416,7 +403,7 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 			ferr = Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
 			factored = true
 		}
-		w := weights(l, lm.name)
+		w := l.Linear(lm.name)
 		m := quant.F32Matrix(t.N, t.K, *w)
 		res, err := r.module(t, m, h, ferr, p.String(), t0, nil)
 		if err != nil {
@@ -463,7 +450,7 @@ func (r *run) head() error {
 	r.bar.Describe("gptq head")
 	setPhase("head")
 	r.mark("head start")
-	h := NewHessian(t.K)
+	h := newHessian(t.K)
 	t0 := time.Now()
 	for k, ch := range r.chunks {
 		if err := r.j.Context().Err(); err != nil {
@@ -496,7 +483,7 @@ func (r *run) head() error {
 // nearest's error is measured row block by row block: its whole Result is
 // only made when it is the one stored. done (if set) is called whenever a
 // pass over m's rows has read a part of them for the last time.
-func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr error, input string, t0 time.Time, done func()) (*Result, error) {
+func (r *run) module(t convert.Int4Target, m quant.Matrix, h *calib.Hessian, ferr error, input string, t0 time.Time, done func()) (*Result, error) {
 	rep := &convert.ModuleReport{Method: "gptq", Input: input, Tokens: h.Tokens, HeldOutRows: h.HeldRows()}
 	var res *Result
 	if ferr == nil {
@@ -564,7 +551,7 @@ var RetryDamps = []float64{1, 0.1}
 // retry solves m again at each of RetryDamps above the damping that lost,
 // until one beats round to nearest; it keeps the best codes seen and says
 // in rep.Note what each damping gave.
-func (r *run) retry(t convert.Int4Target, m quant.Matrix, h *Hessian, res *Result, rep *convert.ModuleReport, done func()) (*Result, error) {
+func (r *run) retry(t convert.Int4Target, m quant.Matrix, h *calib.Hessian, res *Result, rep *convert.ModuleReport, done func()) (*Result, error) {
 	setPhase("retry")
 	tried := fmt.Sprintf("%g: %.4g", rep.DampPercent, rep.OutErr)
 	f := Factor{work: r.f.work} // r.f's float64 scratch is free again

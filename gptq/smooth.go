@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"sparkconv/calib"
 	"sparkconv/dtype"
 	"sparkconv/forward"
 	"sparkconv/kernels"
@@ -21,52 +22,35 @@ import (
 // smoothMinScale is llm-compressor's clamp of the smoothing scales.
 const smoothMinScale = 1e-5
 
-// smoothSite is a norm whose output some linears read.
-type smoothSite struct {
-	input forward.Point
-	norm  string   // spark module of the norm
-	float []string // readers that stay float but must be scaled too
-}
-
-var smoothSites = []smoothSite{
-	{forward.AttnNorm, spark.InputNorm, []string{spark.GateProj}},
-	{forward.MLPNorm, spark.PostNorm, nil},
-}
-
 // smoothInput applies SmoothQuant to input p of layer l before its
 // modules are solved: the norm's new weight (rounded to its stored dtype)
 // defines the effective scales s_j = norm_j / norm'_j, the Hessian and the
 // held-out rows are rescaled to the smoothed input X/s, the quantized
 // readers' float32 weights and g_proj are multiplied by s, and the new norm
 // and g_proj weights are recorded for the writer.
-func (r *run) smoothInput(i int, l *forward.Layer, p forward.Point, h *Hessian) error {
-	var site *smoothSite
-	for k := range smoothSites {
-		if smoothSites[k].input == p {
-			site = &smoothSites[k]
+func (r *run) smoothInput(i int, l *forward.Layer, p forward.Point, h *calib.Hessian) error {
+	var site forward.LinearInput
+	for _, in := range forward.LinearInputs {
+		if in.Point == p {
+			site = in
 		}
 	}
-	if site == nil {
+	if site.Norm == "" {
 		return nil
 	}
 	k := h.K
 	norm := l.InNorm
-	if site.norm == spark.PostNorm {
+	if site.Norm == spark.PostNorm {
 		norm = l.PostNorm
 	}
-	normName := spark.LayerWeight(i, site.norm)
+	normName := spark.LayerWeight(i, site.Norm)
 	info, ok := r.j.Model.Info(normName)
 	if !ok {
 		return fmt.Errorf("smooth: %s not in the model", normName)
 	}
 	readers := [][]float32{}
-	for _, lm := range layerModules {
-		if lm.input == p {
-			readers = append(readers, *weights(l, lm.name))
-		}
-	}
-	if p == forward.AttnNorm {
-		readers = append(readers, l.G)
+	for _, m := range site.Readers {
+		readers = append(readers, *l.Linear(m))
 	}
 	wmax := make([]float64, k)
 	for _, w := range readers {
@@ -104,21 +88,20 @@ func (r *run) smoothInput(i int, l *forward.Layer, p forward.Point, h *Hessian) 
 			row[c] /= s[c]
 		}
 	}
-	for _, lm := range layerModules {
-		if lm.input == p {
-			scaleColumns(*weights(l, lm.name), s)
-		}
+	for _, m := range site.QuantReaders() {
+		scaleColumns(*l.Linear(m), s)
 	}
 	copy(norm, newNorm)
 	r.st.replace(normName, newNorm)
-	if p == forward.AttnNorm {
-		scaleColumns(l.G, s)
-		gName := spark.LayerWeight(i, spark.GateProj)
-		gi, _ := r.j.Model.Info(gName)
-		for c := range l.G {
-			l.G[c] = dtype.Round(l.G[c], gi.DType)
+	for _, m := range site.FloatReaders() {
+		w := *l.Linear(m)
+		scaleColumns(w, s)
+		name := spark.LayerWeight(i, m)
+		wi, _ := r.j.Model.Info(name)
+		for c := range w {
+			w[c] = dtype.Round(w[c], wi.DType)
 		}
-		r.st.replace(gName, append([]float32(nil), l.G...))
+		r.st.replace(name, append([]float32(nil), w...))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"sparkconv/convert"
 	"sparkconv/dtype"
+	"sparkconv/forward"
 	"sparkconv/kernels"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -104,12 +105,6 @@ type writer struct {
 	mu    sync.Mutex           // guards norms
 }
 
-// readsNorm is the norm whose output each reading linear of a layer takes.
-var readsNorm = map[string]string{
-	spark.QKV: spark.InputNorm, spark.GateProj: spark.InputNorm,
-	spark.MLPGate: spark.PostNorm, spark.MLPUp: spark.PostNorm,
-}
-
 // tensor is the rotated version of the input tensor s.
 func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 	switch s.Kind {
@@ -130,8 +125,8 @@ func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 	if w.down != nil && (module == spark.MLPUp || module == spark.MLPDown) {
 		smooth = w.down[s.Layer]
 	}
-	if n, ok := readsNorm[module]; ok {
-		norm := spark.LayerWeight(s.Layer, n)
+	if in, ok := forward.InputOf(module); ok && in.Norm != "" {
+		norm := spark.LayerWeight(s.Layer, in.Norm)
 		return w.out(s.Name, s.Name, true, func(v []float32, r0, rows int) ([]float32, error) {
 			o, err := w.folded(v, rows, norm)
 			if err == nil && smooth != nil {
