@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"sparkconv/fixtures/corpus"
 	"sparkconv/infile"
+	"sparkconv/tokenizer"
 )
 
 // ReadTexts reads the samples files (ReadSamples' formats; none: the
@@ -45,4 +47,36 @@ func hashFile(h io.Writer, path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// LoadTokenizer reads dir's tokenizer.json and returns it with its unknown
+// token's id (UnkID: -1 when it has none).
+func LoadTokenizer(dir string) (*tokenizer.Tokenizer, int, error) {
+	path := filepath.Join(dir, "tokenizer.json")
+	data, err := infile.ReadFile(path, infile.TokenizerMax)
+	if err != nil {
+		return nil, 0, err
+	}
+	tok, err := tokenizer.Parse(data)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return tok, UnkID(data, tok), nil
+}
+
+// Stream is the samples' tokens (Tokenize's, each sample with the
+// tokenizer's special tokens) concatenated in order, at most n of them.
+func Stream(tok *tokenizer.Tokenizer, texts []Text, n, vocab int) ([]int, error) {
+	chunks, _, err := Tokenize(tok, texts, n, vocab)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int
+	for _, c := range chunks {
+		ids = append(ids, c.IDs...)
+		if len(ids) >= n {
+			return ids[:n], nil
+		}
+	}
+	return ids, nil
 }

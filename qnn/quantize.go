@@ -180,7 +180,8 @@ func (p *Plan) union(a, b string) {
 	p.group[ra] = ra
 }
 
-func (p *Plan) actSet() map[string]bool {
+// ActSet is the set of Acts.
+func (p *Plan) ActSet() map[string]bool {
 	if p.acts == nil {
 		p.acts = map[string]bool{}
 		for _, a := range p.Acts {

@@ -1,4 +1,4 @@
-package qnn
+package qnnbundle
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"sparkconv/onnxeval"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
+	"sparkconv/qnn"
 )
 
 // The bundle's layout (what AI Hub's upload_model of a .aimet folder and
@@ -62,7 +63,7 @@ type Positions struct {
 // entry and the held-out samples (with the reference's outputs). maskClip
 // is the low end of the attention mask's encoding (MaskClip); calibration
 // feeds the mask clamped to it, as the input quantizer delivers it.
-func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Positions, prec Precision, maskClip float64) (*GraphResult, *onnxgraph.GraphEntry, []Sample, error) {
+func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Positions, prec qnn.Precision, maskClip float64) (*GraphResult, *onnxgraph.GraphEntry, []Sample, error) {
 	src := filepath.Join(dir, e.File)
 	if e.ExternalData != nil {
 		return nil, nil, nil, fmt.Errorf("%s keeps its weights in %s: qnn-bundle reads graphs with inline weights (every graph under 2 GiB)", e.File, e.ExternalData.Name)
@@ -71,18 +72,18 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	plan := NewPlan(m)
+	plan := qnn.NewPlan(m)
 	g, err := onnxeval.Load(m)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
-	fixed := Ranges{}
+	fixed := qnn.Ranges{}
 	for _, in := range e.Inputs {
 		if strings.HasPrefix(in.Name, "attention_mask") {
 			fixed[in.Name] = [2]float64{maskClip, 0}
 		}
 	}
-	ranges := Ranges{}
+	ranges := qnn.Ranges{}
 	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
@@ -93,7 +94,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		for i, d := range v.Shape {
 			dims[i] = int64(d)
 		}
-		absmax[p.Name] = ParamAbsMax(v.F, dims, p.Axis)
+		absmax[p.Name] = qnn.ParamAbsMax(v.F, dims, p.Axis)
 	}
 	g = nil // the interpreter's float32 copy of the weights is done with
 	enc, err := plan.Encodings(prec, ranges, fixed, absmax)
@@ -128,8 +129,8 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 
 // observe runs the graph on one sample and widens the range of every
 // activation of the plan, the mask clamped to its fixed range.
-func observe(g *onnxeval.Graph, plan *Plan, s Sample, fixed, r Ranges) error {
-	want := plan.actSet()
+func observe(g *onnxeval.Graph, plan *qnn.Plan, s Sample, fixed, r qnn.Ranges) error {
+	want := plan.ActSet()
 	ins := map[string]onnxeval.Value{}
 	for name, t := range s.Feeds {
 		shape := make([]int, len(t.Shape))
@@ -161,7 +162,7 @@ func clamp(v []float32, lo, hi float64) []float32 {
 }
 
 // write puts the graph's .aimet folder and npz under out.
-func (res *GraphResult) write(out, src string, e onnxgraph.GraphEntry, enc *Encodings, calib []Sample) error {
+func (res *GraphResult) write(out, src string, e onnxgraph.GraphEntry, enc *qnn.Encodings, calib []Sample) error {
 	dir := filepath.Join(out, res.Dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

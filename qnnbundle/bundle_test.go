@@ -1,4 +1,4 @@
-package qnn
+package qnnbundle
 
 import (
 	"bytes"
@@ -14,11 +14,12 @@ import (
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxgraph/exporttest"
 	"sparkconv/onnxio"
+	"sparkconv/qnn"
 )
 
 // miniBundle exports the golden mini model (context 24, the sliding
 // window of 8 wraps) and bundles every graph at prec into a fresh folder.
-func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec Precision) (export, out string, man *onnxgraph.Manifest, held map[string][]Sample) {
+func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec qnn.Precision) (export, out string, man *onnxgraph.Manifest, held map[string][]Sample) {
 	t.Helper()
 	model := exporttest.Golden("spark-mini-tied")
 	export = exporttest.Export(t, model, o)
@@ -46,7 +47,7 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec Precision) (export
 	held = map[string][]Sample{}
 	var qdq []onnxgraph.GraphEntry
 	for _, e := range onnxgraph.GraphOrder(man) {
-		res, qe, h, err := BundleGraph(export, out, tr, e, pos, prec, MaskClip)
+		res, qe, h, err := BundleGraph(export, out, tr, e, pos, prec, qnn.MaskClip)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,9 +63,9 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec Precision) (export
 	return export, out, man, held
 }
 
-func readEnc(t *testing.T, out, name string) *Encodings {
+func readEnc(t *testing.T, out, name string) *qnn.Encodings {
 	t.Helper()
-	f, err := ReadEncodings(filepath.Join(out, name+".aimet", name+".encodings"))
+	f, err := qnn.ReadEncodings(filepath.Join(out, name+".aimet", name+".encodings"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func readEnc(t *testing.T, out, name string) *Encodings {
 // and output have one); every entry is legal for HTP; the lint of the pair
 // is clean; the .aimet graph is the export's file byte for byte.
 func TestBundleEncodings(t *testing.T) {
-	export, out, man, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24}, Precisions[0])
+	export, out, man, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24}, qnn.Precisions[0])
 	for _, e := range man.Graphs {
 		m, err := onnxio.ReadModelFile(filepath.Join(out, e.Name+".aimet", e.Name+".onnx"))
 		if err != nil {
@@ -89,14 +90,24 @@ func TestBundleEncodings(t *testing.T) {
 			t.Errorf("%s: the bundle's graph differs from the export's", e.Name)
 		}
 		f := readEnc(t, out, e.Name)
-		if fs := LintEncodings(m, f); len(fs) != 0 {
+		if fs := qnn.LintEncodings(m, f); len(fs) != 0 {
 			t.Errorf("%s: lint --encodings: %v", e.Name, fs)
 		}
-		x := newGraphIndex(m.Graph, 17)
-		grid := map[string]Encoding{}
+		values, inits := map[string]bool{}, map[string]bool{} // the graph's inputs and node outputs; its initializers
+		for _, in := range m.Graph.Initializer {
+			inits[in.GetName()] = true
+		}
+		for _, in := range m.Graph.Input {
+			values[in.GetName()] = true
+		}
+		for _, n := range m.Graph.Node {
+			for _, o := range n.Output {
+				values[o] = true
+			}
+		}
+		grid := map[string]qnn.Encoding{}
 		for _, a := range f.Activations {
-			_, produced := x.producer[a.Name]
-			if !produced && !x.graphIn[a.Name] {
+			if !values[a.Name] {
 				t.Errorf("%s: activation encoding %s names no value of the graph", e.Name, a.Name)
 			}
 			if p := a.Problems(false); len(p) != 0 && e.Kind != onnxgraph.KindEmbed {
@@ -105,7 +116,7 @@ func TestBundleEncodings(t *testing.T) {
 			grid[a.Name] = a
 		}
 		for _, p := range f.Params {
-			if _, ok := x.inits[p.Name]; !ok {
+			if !inits[p.Name] {
 				t.Errorf("%s: param encoding %s names no initializer", e.Name, p.Name)
 			}
 			if pr := p.Problems(true); len(pr) != 0 {
@@ -132,7 +143,7 @@ func TestBundleEncodings(t *testing.T) {
 				}
 			}
 		}
-		pats := x.fusablePatterns()
+		pats := qnn.NewPlan(m).Patterns
 		if e.Kind == onnxgraph.KindLayer && len(pats) != 3 { // two RMSNorms and the GELU
 			t.Errorf("%s: %d fusable patterns, want 3", e.Name, len(pats))
 		}
@@ -151,26 +162,26 @@ func TestBundleEncodings(t *testing.T) {
 	}
 	// The mask is encoded over [MaskClip, 0].
 	m := grid0(t, out, "layer_00", "attention_mask")
-	if lo, hi := m.MinMax(0); hi != 0 || lo > MaskClip+0.01 || lo < MaskClip-0.01 {
+	if lo, hi := m.MinMax(0); hi != 0 || lo > qnn.MaskClip+0.01 || lo < qnn.MaskClip-0.01 {
 		t.Errorf("mask grid [%v, %v]", lo, hi)
 	}
 }
 
-func grid0(t *testing.T, out, graph, name string) Encoding {
+func grid0(t *testing.T, out, graph, name string) qnn.Encoding {
 	for _, a := range readEnc(t, out, graph).Activations {
 		if a.Name == name {
 			return a
 		}
 	}
 	t.Fatalf("%s: no encoding for %s", graph, name)
-	return Encoding{}
+	return qnn.Encoding{}
 }
 
 // TestBundleNPZ reads the calibration files with npyio (a NumPy reader we
 // did not write): one array per graph input, named after it, the samples on
 // a new first axis, float32, and input_ids as int32.
 func TestBundleNPZ(t *testing.T) {
-	_, out, man, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24, Layout: onnxgraph.LayoutRoll}, Precisions[0])
+	_, out, man, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24, Layout: onnxgraph.LayoutRoll}, qnn.Precisions[0])
 	for _, e := range man.Graphs {
 		r, err := npz.Open(filepath.Join(out, CalibDir, e.Name+".npz"))
 		if err != nil {
@@ -217,8 +228,8 @@ func TestBundleNPZ(t *testing.T) {
 
 // TestBundleDeterministic: the same inputs give the same bytes.
 func TestBundleDeterministic(t *testing.T) {
-	_, a, man, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24}, Precisions[0])
-	_, b, _, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24}, Precisions[0])
+	_, a, man, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24}, qnn.Precisions[0])
+	_, b, _, _ := miniBundle(t, onnxgraph.ExportOptions{Context: 24}, qnn.Precisions[0])
 	for _, e := range man.Graphs {
 		for _, name := range []string{e.Name + ".aimet/" + e.Name + ".encodings", CalibDir + "/" + e.Name + ".npz", QDQDir + "/" + e.File} {
 			x, _ := os.ReadFile(filepath.Join(a, name))

@@ -1,4 +1,4 @@
-package qnn
+package qnnbundle
 
 import (
 	"archive/zip"

@@ -1,4 +1,4 @@
-package qnn
+package qnnbundle
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 	"sparkconv/onnxpb"
 
 	"google.golang.org/protobuf/proto"
+	"sparkconv/qnn"
 )
 
 // QDQDomain is where the simulation's QuantizeLinear/DequantizeLinear come
@@ -24,7 +25,7 @@ const QDQDomain = "com.microsoft"
 // point -offset) right where it is produced, so every reader and the graph
 // outputs see the quantized value. Tensors without an encoding (the
 // interiors of fused patterns) stay float. m is not modified.
-func QDQModel(m *onnxpb.ModelProto, enc *Encodings, params []Param) (*onnxpb.ModelProto, error) {
+func QDQModel(m *onnxpb.ModelProto, enc *qnn.Encodings, params []qnn.Param) (*onnxpb.ModelProto, error) {
 	// Clone all but the initializers (shared, read only: a 1 GB head is
 	// not copied a second time).
 	src := m.GetGraph()
@@ -34,7 +35,7 @@ func QDQModel(m *onnxpb.ModelProto, enc *Encodings, params []Param) (*onnxpb.Mod
 	src.Initializer = weights
 	g := out.Graph
 	g.Initializer = weights
-	acts := map[string]Encoding{}
+	acts := map[string]qnn.Encoding{}
 	for _, e := range enc.Activations {
 		acts[e.Name] = e
 	}
@@ -57,13 +58,13 @@ func QDQModel(m *onnxpb.ModelProto, enc *Encodings, params []Param) (*onnxpb.Mod
 		inits = append(inits, qt, scale, zp)
 		dq := &onnxpb.NodeProto{Name: proto.String(t.GetName() + "/DequantizeLinear"), OpType: proto.String("DequantizeLinear"),
 			Domain: proto.String(QDQDomain), Input: []string{qt.GetName(), scale.GetName(), zp.GetName()}, Output: []string{t.GetName()}}
-		if e.EncType == PerChannel {
+		if e.EncType == qnn.PerChannel {
 			dq.Attribute = []*onnxpb.AttributeProto{{Name: proto.String("axis"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(int64(axis[t.GetName()]))}}
 		}
 		head = append(head, dq)
 	}
-	qdq := func(src, dst string, e Encoding) ([]*onnxpb.NodeProto, error) {
-		if e.EncType != PerTensor {
+	qdq := func(src, dst string, e qnn.Encoding) ([]*onnxpb.NodeProto, error) {
+		if e.EncType != qnn.PerTensor {
 			return nil, fmt.Errorf("activation %s: %s encoding (activations are per tensor)", e.Name, e.EncType)
 		}
 		scale, zp, err := actQParams(e)
@@ -123,13 +124,13 @@ func QDQModel(m *onnxpb.ModelProto, enc *Encodings, params []Param) (*onnxpb.Mod
 	return out, nil
 }
 
-func findEnc(list []Encoding, name string) (Encoding, bool) {
+func findEnc(list []qnn.Encoding, name string) (qnn.Encoding, bool) {
 	for _, e := range list {
 		if e.Name == name {
 			return e, true
 		}
 	}
-	return Encoding{}, false
+	return qnn.Encoding{}, false
 }
 
 func floatTensor(name string, dims []int64, v []float32) *onnxpb.TensorProto {
@@ -138,7 +139,7 @@ func floatTensor(name string, dims []int64, v []float32) *onnxpb.TensorProto {
 
 // actQParams returns the scale and the unsigned zero point (-offset) of an
 // asymmetric activation grid.
-func actQParams(e Encoding) (scale, zp *onnxpb.TensorProto, err error) {
+func actQParams(e qnn.Encoding) (scale, zp *onnxpb.TensorProto, err error) {
 	z := -int64(e.Offset[0])
 	hi := int64(1)<<e.BW - 1
 	if z < 0 || z > hi {
@@ -160,7 +161,7 @@ func actQParams(e Encoding) (scale, zp *onnxpb.TensorProto, err error) {
 // quantizeParam rounds a float initializer onto its symmetric grid: signed
 // integers q = clamp(round(w / scale), -2^(bw-1), 2^(bw-1) - 1), with the
 // scale per channel of axis (or one), zero point 0.
-func quantizeParam(t *onnxpb.TensorProto, e Encoding, axis int) (q, scale, zp *onnxpb.TensorProto, err error) {
+func quantizeParam(t *onnxpb.TensorProto, e qnn.Encoding, axis int) (q, scale, zp *onnxpb.TensorProto, err error) {
 	w, err := tensorFloat32(t)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("parameter %s: %w", t.GetName(), err)
@@ -169,7 +170,7 @@ func quantizeParam(t *onnxpb.TensorProto, e Encoding, axis int) (q, scale, zp *o
 		return nil, nil, nil, fmt.Errorf("parameter %s: asymmetric parameter grids are not simulated", t.GetName())
 	}
 	cols := 1
-	if e.EncType == PerChannel {
+	if e.EncType == qnn.PerChannel {
 		if axis != len(t.Dims)-1 || int64(len(e.Scale)) != t.Dims[axis] {
 			return nil, nil, nil, fmt.Errorf("parameter %s: %d channel scales for dims %v axis %d", t.GetName(), len(e.Scale), t.Dims, axis)
 		}
@@ -180,7 +181,7 @@ func quantizeParam(t *onnxpb.TensorProto, e Encoding, axis int) (q, scale, zp *o
 	q = &onnxpb.TensorProto{Name: proto.String(name + "/q"), Dims: t.Dims}
 	zp = &onnxpb.TensorProto{Name: proto.String(name + "/zero_point")}
 	var zdims []int64
-	if e.EncType == PerChannel {
+	if e.EncType == qnn.PerChannel {
 		zdims = []int64{int64(cols)}
 	}
 	zp.Dims = zdims
@@ -214,7 +215,7 @@ func tensorFloat32(t *onnxpb.TensorProto) ([]float32, error) {
 	if len(t.FloatData) > 0 {
 		return t.FloatData, nil
 	}
-	if isExternal(t) {
+	if t.GetDataLocation() == onnxpb.TensorProto_EXTERNAL || len(t.GetExternalData()) > 0 {
 		return nil, fmt.Errorf("external data is not read here")
 	}
 	if len(t.RawData)%4 != 0 {

@@ -1,14 +1,14 @@
-package main
+package qnnbundle
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
@@ -19,220 +19,170 @@ import (
 	"sparkconv/outdir"
 	"sparkconv/progress"
 	"sparkconv/qnn"
-	"sparkconv/verify"
 )
 
-// bundleBarDB is the simulated SNR every layer graph's hidden_out must
-// reach before a bundle is written without --force: on a phone NPU an
-// uncalibrated w4a16 layer (-1.6 dB) and a calibrated w8a8 one (5.1 dB) are
-// far below it, a calibrated w8a16 one (36.9 dB) far above
+// BarDB is the simulated SNR every layer graph's hidden_out must reach
+// before a bundle is written without Force: on a phone NPU an uncalibrated
+// w4a16 layer (-1.6 dB) and a calibrated w8a8 one (5.1 dB) are far below
+// it, a calibrated w8a16 one (36.9 dB) far above
 // (docs/qnn.md#device-figures).
-const bundleBarDB = 20.0
+const BarDB = 20.0
 
-type qnnBundleFlags struct {
-	model, export, out, samples, precision, ortLib string
-	positions, observe, held, threads              int
-	maskClip                                       float64
-	force, allowShort                              bool
+// Options are the inputs of a bundle (the flags of qnn-bundle).
+type Options struct {
+	Model, Export, Out string
+	Samples            string // calibration text file; "": the embedded corpus
+	Precision          qnn.Precision
+	Positions, HeldOut int     // calibration and held-out positions per graph
+	Observe            int     // positions whose activations set the ranges
+	MaskClip           float64 // low end of the attention mask's encoding
+	ORTLib             string  // libonnxruntime.so ("": ortrun.FindORTLib's search)
+	Threads            int     // ONNX Runtime intra-op threads (0: its default)
+	Force              bool    // write below BarDB, and replace an existing Out
+	AllowShort         bool    // text shorter than the export's context, with a warning
+	Log                io.Writer
 }
 
-func init() {
-	var f qnnBundleFlags
-	cmd := &cobra.Command{
-		Use:   "qnn-bundle --model DIR --export DIR --out DIR",
-		Short: "Calibrate an ONNX export on real text and write the AIMET bundle QNN / AI Hub quantizes",
-		Long: `Runs calibration text through the reference forward in decode mode, exactly as
-a runtime feeds each graph of the export (ring and roll caches, masks, rope
-inputs, hidden states), captures every graph input at positions spread over
-the window and the context, and writes per graph:
+// ErrRefused is the error of a bundle that simulates below BarDB without
+// Force (errors.Is): nothing is written, the returned Bundle says why.
+var ErrRefused = errors.New("qnn-bundle: refused")
 
-  OUT/<graph>.aimet/<graph>.onnx       the float graph (the export's bytes)
-  OUT/<graph>.aimet/<graph>.encodings  AIMET 1.0.0 encodings: weights symmetric per
-                                       output channel from the weights, activations
-                                       asymmetric from the observed ranges; KV inputs
-                                       tied to their new_*/present_* outputs, Concat
-                                       inputs and output tied, no encoding inside a
-                                       fusable RMSNorm or GELU pattern
-  OUT/calib/<graph>.npz                the calibration inputs, {input name: samples}
-  OUT/qdq/                             the QDQ simulation graphs (an export folder)
-  OUT/bundle.json                      what was calibrated, per-graph simulated SNR
-
-The attention mask is encoded over [--mask-clip, 0] (default -50), not
-[mask_value, 0]: the runtime keeps writing mask_value (-1e4), the input
-quantizer saturates it, and exp(-50) still hides the slot.
-
-Each QDQ graph then runs in ONNX Runtime on held-out positions against the
-float32 reference: SNR of hidden_out and of the residual delta, the head's
-top-1 agreement. A bundle whose worst layer scores below 20 dB (w8a8
-typically) is refused unless --force (which also replaces an existing OUT).`,
-		Example: `  sparkconv qnn-bundle --model /tmp/spark-tiny --export /tmp/spark-tiny-onnx --out /tmp/spark-tiny-qnn
-  sparkconv qnn-bundle --model DIR --export ONNX --out QNN --precision w16a16 --samples corpus.txt --json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runQNNBundle(cmd, &f) },
-	}
-	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "the model folder the export was made from (config.json, safetensors, tokenizer.json)")
-	fl.StringVar(&f.export, "export", "", "the export-onnx output folder (float32)")
-	fl.StringVar(&f.out, "out", "", "output folder")
-	fl.StringVar(&f.samples, "samples", "", "calibration text (samples separated by lines holding ---, or .jsonl); default: the embedded corpus")
-	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
-	fl.IntVar(&f.positions, "positions", 16, "calibration positions per graph")
-	fl.IntVar(&f.observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
-	fl.IntVar(&f.held, "held-out", 8, "held-out positions for the simulation")
-	fl.Float64Var(&f.maskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
-	fl.StringVar(&f.ortLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
-	fl.IntVar(&f.threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
-	fl.BoolVar(&f.force, "force", false, "write a bundle below the SNR bar, and replace an existing output folder")
-	fl.BoolVar(&f.allowShort, "allow-short", false, "bundle calibration text shorter than the export's context, with a warning giving the numbers")
-	freeForm(cmd, "model", "export", "out", "samples", "ort-lib")
-	var precisions []string
-	for _, p := range qnn.Precisions {
-		precisions = append(precisions, p.Name)
-	}
-	oneOf(cmd, "precision", precisions...)
-	intIn(cmd, "positions", 1, 4096)
-	intIn(cmd, "observe", 0, 1<<20)
-	intIn(cmd, "held-out", 1, 4096)
-	intIn(cmd, "threads", 0, 1024)
-	floatIn(cmd, "mask-clip", -1e6, -1e-9)
-	rootCmd.AddCommand(cmd)
-}
-
-func (f *qnnBundleFlags) check() (qnn.Precision, error) {
-	if f.model == "" || f.export == "" || f.out == "" {
-		return qnn.Precision{}, usagef("--model, --export and --out are required")
-	}
-	// The flag rules (intIn, floatIn, oneOf) have checked every value's
-	// range and word before the command runs.
-	prec, err := qnn.ParsePrecision(f.precision)
-	if err != nil {
-		return prec, usagef("--precision: %v", err)
-	}
-	return prec, nil
-}
-
-// streamTokens concatenates the samples' tokens (each with the tokenizer's
-// special tokens) up to n tokens, and returns them with the tokenizer's
-// unknown token (-1: none).
-func streamTokens(modelDir string, texts []calib.Text, vocab, n int) ([]int, int, error) {
-	tok, unk, err := loadTokenizerUnk(modelDir)
-	if err != nil {
-		return nil, 0, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
-	}
-	chunks, _, err := calib.Tokenize(tok, texts, n, vocab)
-	if err != nil {
-		return nil, 0, err
-	}
-	var ids []int
-	for _, c := range chunks {
-		ids = append(ids, c.IDs...)
-		if len(ids) >= n {
-			return ids[:n], unk, nil
-		}
-	}
-	return ids, unk, nil
-}
-
-// checkBundleText applies the rules on calibration text (qnn's on its
-// length, calib's on degenerate text), every problem at once, and prints
-// their warnings.
-func checkBundleText(cmd *cobra.Command, f *qnnBundleFlags, source string, ids []int, unk, vocab, context, window int) error {
-	lenWarn, lenErr := qnn.CheckTextLength(len(ids), context, window, f.allowShort)
-	warn, varErr := calib.CheckVariety([]calib.Chunk{{IDs: ids}}, unk, vocab)
-	if err := errors.Join(lenErr, varErr); err != nil {
-		return fmt.Errorf("%s: %w", source, err)
-	}
-	for _, w := range []string{lenWarn, warn} {
-		if w != "" {
-			fmt.Fprintf(cmd.ErrOrStderr(), "sparkconv: warning: %s: %s\n", source, w)
-		}
-	}
-	return nil
-}
-
-func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
-	prec, err := f.check()
-	if err != nil {
-		return err
+// Build traces the calibration text through the reference forward,
+// calibrates and writes every graph of the export, simulates each QDQ graph
+// in ONNX Runtime on held-out positions and writes bundle.json, all into
+// Out at once. A bundle whose worst layer simulates below BarDB is refused
+// (ErrRefused, with the Bundle that would have been written) unless Force.
+func Build(ctx context.Context, o Options) (*Bundle, error) {
+	if o.Log == nil {
+		o.Log = io.Discard
 	}
 	start := time.Now()
-	man, err := onnxgraph.ReadVerified(f.export)
+	man, err := onnxgraph.ReadVerified(o.Export)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	lib, err := ortrun.FindORTLib(f.ortLib)
+	lib, err := ortrun.FindORTLib(o.ORTLib)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	ref, err := forward.Open(o.Model, forward.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer ref.Close()
+	b, ids, err := o.text(ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow)
+	if err != nil {
+		return nil, err
+	}
+	calibPos, heldPos := SamplePositions(o.Positions, o.HeldOut, len(ids)-1)
+	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, heldPos)}
+	trace, err := NewTrace(ref, man, ids, heldPos)
+	if err != nil {
+		return nil, err
+	}
+	traced := time.Since(start)
+	d, err := outdir.Create(o.Out, o.Force, o.Model, o.Export, o.Samples)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Abort()
+	if err := os.MkdirAll(filepath.Join(d.Path(), QDQDir), 0o755); err != nil {
+		return nil, err
+	}
+	manSHA, err := onnxio.HashFile(filepath.Join(o.Export, onnxgraph.ManifestFile))
+	if err != nil {
+		return nil, err
+	}
+	if err := ortrun.Init(lib); err != nil {
+		return nil, err
+	}
+	b.Format, b.Version, b.Precision = "sparkconv-qnn-bundle", 1, o.Precision.Name
+	b.WeightBits, b.ActBits, b.EncodingsVer = o.Precision.WeightBits, o.Precision.ActBits, qnn.EncodingsVersion
+	b.Graphs = map[string]*GraphResult{}
+	b.Export = BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity}
+	b.Calibration.Observed, b.Calibration.Kernels = pos.Observe, kernels.Family()
+	b.Calibration.Positions, b.Calibration.HeldOut, b.Calibration.Seconds = calibPos, heldPos, round2(traced.Seconds())
+	b.Mask = BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{o.MaskClip, 0},
+		Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}
+	worst, worstName, err := o.graphs(ctx, b, d.Path(), man, trace, pos)
+	if err != nil {
+		return nil, err
+	}
+	if worst < BarDB {
+		why := fmt.Sprintf("%s simulates at %.1f dB on %s (bar %.0f dB: below it a layer is unusable on the device, where calibrated w8a8 measures 5.1 dB and w8a16 36.9)", o.Precision.Name, worst, worstName, BarDB)
+		if !o.Force {
+			return b, fmt.Errorf("%w: %s; nothing written to %s (--force writes it anyway)", ErrRefused, why, o.Out)
+		}
+		b.Forced, b.ForcedBecause = true, why
+	}
+	data, err := b.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(d.Path(), BundleFile), data, 0o644); err != nil {
+		return nil, err
+	}
+	return b, d.Commit()
+}
+
+// text reads and tokenizes the calibration text (the export's context of
+// tokens), applies the rules on it (qnnbundle's on its length, calib's on
+// degenerate text, every problem at once, warnings to Log), and starts the
+// bundle's record of it.
+func (o Options) text(vocab, context, window int) (*Bundle, []int, error) {
 	var files []string
-	if f.samples != "" {
-		files = []string{f.samples}
+	if o.Samples != "" {
+		files = []string{o.Samples}
 	}
 	texts, sources, textSHA, err := calib.ReadTexts(files)
 	if err != nil {
-		return err
+		return nil, nil, err
+	}
+	tok, unk, err := calib.LoadTokenizer(o.Model)
+	if err != nil {
+		return nil, nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
+	}
+	ids, err := calib.Stream(tok, texts, context, vocab)
+	if err != nil {
+		return nil, nil, err
 	}
 	source := sources[0]
-	ref, err := forward.Open(f.model, forward.Options{})
-	if err != nil {
-		return err
+	lenWarn, lenErr := CheckTextLength(len(ids), context, window, o.AllowShort)
+	warn, varErr := calib.CheckVariety([]calib.Chunk{{IDs: ids}}, unk, vocab)
+	if err := errors.Join(lenErr, varErr); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", source, err)
 	}
-	defer ref.Close()
-	ids, unk, err := streamTokens(f.model, texts, ref.Cfg.VocabSize, man.Context)
-	if err != nil {
-		return err
+	for _, w := range []string{lenWarn, warn} {
+		if w != "" {
+			fmt.Fprintf(o.Log, "sparkconv: warning: %s: %s\n", source, w)
+		}
 	}
-	if err := checkBundleText(cmd, f, source, ids, unk, ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow); err != nil {
-		return err
-	}
-	calibPos, heldPos := qnn.SamplePositions(f.positions, f.held, len(ids)-1)
-	pos := qnn.Positions{Calib: calibPos, Held: heldPos, Observe: qnn.ObservePositions(f.observe, len(ids)-1, calibPos, heldPos)}
-	trace, err := qnn.NewTrace(ref, man, ids, heldPos)
-	if err != nil {
-		return err
-	}
-	traced := time.Since(start)
-	d, err := outdir.Create(f.out, f.force, f.model, f.export, f.samples)
-	if err != nil {
-		return err
-	}
-	defer d.Abort()
-	if err := os.MkdirAll(filepath.Join(d.Path(), qnn.QDQDir), 0o755); err != nil {
-		return err
-	}
-	manSHA, err := onnxio.HashFile(filepath.Join(f.export, onnxgraph.ManifestFile))
-	if err != nil {
-		return err
-	}
-	if err := ortrun.Init(lib); err != nil {
-		return err
-	}
-	b := &qnn.Bundle{Format: "sparkconv-qnn-bundle", Version: 1, Precision: prec.Name, WeightBits: prec.WeightBits, ActBits: prec.ActBits,
-		EncodingsVer: qnn.EncodingsVersion, Graphs: map[string]*qnn.GraphResult{},
-		Export: qnn.BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity},
-		Calibration: qnn.BundleCalibration{Source: source, TextSHA256: textSHA, Samples: len(texts), Tokens: len(ids),
-			Observed: pos.Observe, Kernels: kernels.Family(), Positions: calibPos, HeldOut: heldPos, Seconds: round2(traced.Seconds())},
-		Mask: qnn.BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{f.maskClip, 0},
-			Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}}
+	b := &Bundle{Calibration: BundleCalibration{Source: source, TextSHA256: textSHA, Samples: len(texts), Tokens: len(ids)}}
+	return b, ids, nil
+}
+
+// graphs calibrates, writes and simulates every graph of the export into
+// dir, recording each in b, and returns the worst layer's simulated SNR.
+func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, pos Positions) (float64, string, error) {
 	graphs := onnxgraph.GraphOrder(man)
 	bar := progress.New(int64(len(graphs)), "qnn-bundle", false)
 	var qdq []onnxgraph.GraphEntry
 	worst, worstName := math.Inf(1), ""
 	var calTime, simTime time.Duration
 	for _, e := range graphs {
-		if err := cmd.Context().Err(); err != nil {
-			return err
+		if err := ctx.Err(); err != nil {
+			return 0, "", err
 		}
 		bar.Describe(e.File)
 		t0 := time.Now()
-		res, qe, held, err := qnn.BundleGraph(f.export, d.Path(), trace, e, pos, prec, f.maskClip)
+		res, qe, held, err := BundleGraph(o.Export, dir, trace, e, pos, o.Precision, o.MaskClip)
 		if err != nil {
-			return err
+			return 0, "", err
 		}
 		t1 := time.Now()
-		sim, err := verify.Simulate(filepath.Join(d.Path(), qnn.QDQDir, e.File), e, held, f.threads)
+		sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, held, o.Threads)
 		if err != nil {
-			return err
+			return 0, "", err
 		}
 		calTime, simTime = calTime+t1.Sub(t0), simTime+time.Since(t1)
 		v := float64(sim.SNR)
@@ -250,40 +200,13 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		bar.Add(1)
 	}
 	bar.Done(true)
-	if err := qnn.WriteQDQManifest(d.Path(), man, qdq); err != nil {
-		return err
+	if err := WriteQDQManifest(dir, man, qdq); err != nil {
+		return 0, "", err
 	}
 	b.Calibration.CalibrateSeconds = round2(calTime.Seconds())
-	b.Simulation = &qnn.BundleSimulation{Runtime: "ONNX Runtime " + ortrun.Version(), Optimize: verify.SimOptimize,
-		Seconds: round2(simTime.Seconds()), MinSNR: round2(worst), BarDB: bundleBarDB}
-	if worst < bundleBarDB {
-		why := fmt.Sprintf("%s simulates at %.1f dB on %s (bar %.0f dB: below it a layer is unusable on the device, where calibrated w8a8 measures 5.1 dB and w8a16 36.9)", prec.Name, worst, worstName, bundleBarDB)
-		if !f.force {
-			printBundle(cmd, b, f.out, time.Since(start), false)
-			return fmt.Errorf("qnn-bundle: refused: %s; nothing written to %s (--force writes it anyway)", why, f.out)
-		}
-		b.Forced, b.ForcedBecause = true, why
-	}
-	data, err := b.Marshal()
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(d.Path(), qnn.BundleFile), data, 0o644); err != nil {
-		return err
-	}
-	if err := d.Commit(); err != nil {
-		return err
-	}
-	if jsonOut {
-		return printJSON(struct {
-			*qnn.Bundle
-			Out     string             `json:"out"`
-			Timings map[string]float64 `json:"timing"`
-		}{b, f.out, map[string]float64{"trace_s": b.Calibration.Seconds, "calibrate_s": b.Calibration.CalibrateSeconds,
-			"simulate_s": b.Simulation.Seconds, "total_s": round2(time.Since(start).Seconds())}})
-	}
-	printBundle(cmd, b, f.out, time.Since(start), true)
-	return nil
+	b.Simulation = &BundleSimulation{Runtime: "ONNX Runtime " + ortrun.Version(), Optimize: SimOptimize,
+		Seconds: round2(simTime.Seconds()), MinSNR: round2(worst), BarDB: BarDB}
+	return worst, worstName, nil
 }
 
 func finite(v float64) *float64 {
@@ -296,11 +219,9 @@ func finite(v float64) *float64 {
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
-func printBundle(cmd *cobra.Command, b *qnn.Bundle, out string, took time.Duration, wrote bool) {
-	w := cmd.ErrOrStderr()
-	if wrote {
-		w = cmd.OutOrStdout()
-	}
+// WriteSummary prints the bundle's per-graph lines and totals to w: what
+// was written to out (wrote), or what would have been (a refusal).
+func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote bool) {
 	fmt.Fprintf(w, "qnn-bundle %s: %d calibration + %d held-out positions of %d tokens (%s), mask encoded over [%g, 0]\n",
 		b.Precision, len(b.Calibration.Positions), len(b.Calibration.HeldOut), b.Calibration.Tokens, b.Calibration.Source, b.Mask.EncodedRange[0])
 	var total int64

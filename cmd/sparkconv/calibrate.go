@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -11,10 +10,8 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/forward"
-	"sparkconv/infile"
 	"sparkconv/outdir"
 	"sparkconv/progress"
-	"sparkconv/tokenizer"
 )
 
 func init() {
@@ -66,7 +63,7 @@ summary (layer-input and KV absmax) goes to stderr; --json prints it on stdout.`
 
 func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out string, force bool, seqLen, maxSamples, minTokens int, seed uint64) error {
 	start := time.Now()
-	tok, tokUnk, err := loadTokenizerUnk(modelDir)
+	tok, tokUnk, err := calib.LoadTokenizer(modelDir)
 	if err != nil {
 		return fmt.Errorf("calibrate needs the model's tokenizer: %w", err)
 	}
@@ -134,19 +131,4 @@ func calibPeakRSSMB() float64 {
 		return 0
 	}
 	return float64(ru.Maxrss) / 1024 // Linux reports KiB
-}
-
-// loadTokenizerUnk loads dir's tokenizer.json and its unknown token's id
-// (-1: none), for calib's rule on degenerate text.
-func loadTokenizerUnk(dir string) (*tokenizer.Tokenizer, int, error) {
-	path := filepath.Join(dir, "tokenizer.json")
-	data, err := infile.ReadFile(path, infile.TokenizerMax)
-	if err != nil {
-		return nil, 0, err
-	}
-	tok, err := tokenizer.Parse(data)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", path, err)
-	}
-	return tok, calib.UnkID(data, tok), nil
 }

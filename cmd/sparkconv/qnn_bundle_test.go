@@ -9,6 +9,7 @@ import (
 
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/qnn"
+	"sparkconv/qnnbundle"
 )
 
 // TestQNNBundleCommand: the tiny fixture's export (context 64, the window
@@ -29,14 +30,14 @@ func TestQNNBundleCommand(t *testing.T) {
 		out := filepath.Join(dir, prec)
 		stdout := mustRun(t, "qnn-bundle", "--model", model, "--export", export, "--out", out, "--precision", prec,
 			"--positions", "4", "--observe", "32", "--held-out", "4", "--threads", "1", "--json", "--force")
-		var b qnn.Bundle
+		var b qnnbundle.Bundle
 		if err := json.Unmarshal([]byte(stdout), &b); err != nil {
 			t.Fatalf("%s: --json: %v\n%s", prec, err, stdout)
 		}
 		if b.Precision != prec || len(b.Graphs) != 6 || b.Calibration.Tokens != 64 || len(b.Calibration.HeldOut) != 4 || b.Mask.EncodedRange[0] != qnn.MaskClip {
 			t.Fatalf("%s: bundle.json %+v", prec, b)
 		}
-		onDisk, _ := os.ReadFile(filepath.Join(out, qnn.BundleFile))
+		onDisk, _ := os.ReadFile(filepath.Join(out, qnnbundle.BundleFile))
 		if !strings.Contains(string(onDisk), `"snr_db"`) {
 			t.Errorf("%s: bundle.json lacks snr_db", prec)
 		}
@@ -46,7 +47,7 @@ func TestQNNBundleCommand(t *testing.T) {
 				t.Fatalf("%s %s: no simulated SNR", prec, name)
 			}
 			snr[prec][name] = *g.SNR
-			for _, f := range append(g.Files, g.CalibFile, qnn.QDQDir+"/"+name+".onnx") {
+			for _, f := range append(g.Files, g.CalibFile, qnnbundle.QDQDir+"/"+name+".onnx") {
 				if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 					t.Errorf("%s: %v", prec, err)
 				}

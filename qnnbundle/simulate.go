@@ -1,11 +1,11 @@
-package verify
+package qnnbundle
 
 import (
 	"fmt"
 
+	"sparkconv/forward"
 	"sparkconv/onnxgraph"
 	"sparkconv/ortrun"
-	"sparkconv/qnn"
 	"sparkconv/quant"
 )
 
@@ -13,13 +13,13 @@ import (
 // held-out samples.
 type SimResult struct {
 	// SNR is of hidden_out (embed, layer, block) or logits (head).
-	SNR DB `json:"snr_db"`
+	SNR float64
 	// Delta is the SNR of the residual delta hidden_out - hidden_in: the
 	// layer's own contribution, which the residual's SNR flatters.
-	Delta *DB `json:"snr_delta_db,omitempty"`
+	Delta *float64
 	// Top1 is the head's share of held-out positions whose arg-max logit
 	// matches the reference's.
-	Top1 *float64 `json:"top1_agree,omitempty"`
+	Top1 *float64
 }
 
 // SimOptimize is the ONNX Runtime optimization level of the simulation:
@@ -29,10 +29,10 @@ type SimResult struct {
 // integer kernels.
 const SimOptimize = "basic"
 
-// Simulate runs the QDQ graph at path (a graph of qnn-bundle's qdq/
+// Simulate runs the QDQ graph at path (a graph of the bundle's qdq/
 // folder) in ONNX Runtime on the held-out samples and compares it with the
 // reference outputs captured beside them.
-func Simulate(path string, e onnxgraph.GraphEntry, held []qnn.Sample, threads int) (SimResult, error) {
+func Simulate(path string, e onnxgraph.GraphEntry, held []Sample, threads int) (SimResult, error) {
 	r, err := simulateGraph(path, e, held, threads)
 	if err != nil {
 		return SimResult{}, fmt.Errorf("simulating %s: %w", e.File, err)
@@ -40,7 +40,7 @@ func Simulate(path string, e onnxgraph.GraphEntry, held []qnn.Sample, threads in
 	return r, nil
 }
 
-func simulateGraph(path string, e onnxgraph.GraphEntry, held []qnn.Sample, threads int) (SimResult, error) {
+func simulateGraph(path string, e onnxgraph.GraphEntry, held []Sample, threads int) (SimResult, error) {
 	s, err := ortrun.OpenSession(path, ortrun.SessionOptions{Threads: threads, Optimize: SimOptimize})
 	if err != nil {
 		return SimResult{}, err
@@ -66,13 +66,13 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held []qnn.Sample, threa
 			}
 			delta.Merge(quant.Compare(dr, dy))
 		}
-		if want == "logits" && topK(ref, 1)[0] == topK(y, 1)[0] {
+		if want == "logits" && forward.ArgMax(ref) == forward.ArgMax(y) {
 			top1++
 		}
 	}
-	r := SimResult{SNR: DB(main.SNRdB())}
+	r := SimResult{SNR: main.SNRdB()}
 	if e.Kind == onnxgraph.KindLayer || e.Kind == onnxgraph.KindBlock {
-		d := DB(delta.SNRdB())
+		d := delta.SNRdB()
 		r.Delta = &d
 	}
 	if want == "logits" && len(held) > 0 {

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"sparkconv/qnn"
+	"sparkconv/qnnbundle"
+)
+
+type qnnBundleFlags struct {
+	qnnbundle.Options
+	precision string
+}
+
+func init() {
+	var f qnnBundleFlags
+	cmd := &cobra.Command{
+		Use:   "qnn-bundle --model DIR --export DIR --out DIR",
+		Short: "Calibrate an ONNX export on real text and write the AIMET bundle QNN / AI Hub quantizes",
+		Long: `Runs calibration text through the reference forward in decode mode, exactly as
+a runtime feeds each graph of the export (ring and roll caches, masks, rope
+inputs, hidden states), captures every graph input at positions spread over
+the window and the context, and writes per graph:
+
+  OUT/<graph>.aimet/<graph>.onnx       the float graph (the export's bytes)
+  OUT/<graph>.aimet/<graph>.encodings  AIMET 1.0.0 encodings: weights symmetric per
+                                       output channel from the weights, activations
+                                       asymmetric from the observed ranges; KV inputs
+                                       tied to their new_*/present_* outputs, Concat
+                                       inputs and output tied, no encoding inside a
+                                       fusable RMSNorm or GELU pattern
+  OUT/calib/<graph>.npz                the calibration inputs, {input name: samples}
+  OUT/qdq/                             the QDQ simulation graphs (an export folder)
+  OUT/bundle.json                      what was calibrated, per-graph simulated SNR
+
+The attention mask is encoded over [--mask-clip, 0] (default -50), not
+[mask_value, 0]: the runtime keeps writing mask_value (-1e4), the input
+quantizer saturates it, and exp(-50) still hides the slot.
+
+Each QDQ graph then runs in ONNX Runtime on held-out positions against the
+float32 reference: SNR of hidden_out and of the residual delta, the head's
+top-1 agreement. A bundle whose worst layer scores below 20 dB (w8a8
+typically) is refused unless --force (which also replaces an existing OUT).`,
+		Example: `  sparkconv qnn-bundle --model /tmp/spark-tiny --export /tmp/spark-tiny-onnx --out /tmp/spark-tiny-qnn
+  sparkconv qnn-bundle --model DIR --export ONNX --out QNN --precision w16a16 --samples corpus.txt --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Model, "model", "", "the model folder the export was made from (config.json, safetensors, tokenizer.json)")
+	fl.StringVar(&f.Export, "export", "", "the export-onnx output folder (float32)")
+	fl.StringVar(&f.Out, "out", "", "output folder")
+	fl.StringVar(&f.Samples, "samples", "", "calibration text (samples separated by lines holding ---, or .jsonl); default: the embedded corpus")
+	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
+	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
+	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
+	fl.IntVar(&f.HeldOut, "held-out", 8, "held-out positions for the simulation")
+	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
+	fl.StringVar(&f.ORTLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
+	fl.IntVar(&f.Threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
+	fl.BoolVar(&f.Force, "force", false, "write a bundle below the SNR bar, and replace an existing output folder")
+	fl.BoolVar(&f.AllowShort, "allow-short", false, "bundle calibration text shorter than the export's context, with a warning giving the numbers")
+	freeForm(cmd, "model", "export", "out", "samples", "ort-lib")
+	var precisions []string
+	for _, p := range qnn.Precisions {
+		precisions = append(precisions, p.Name)
+	}
+	oneOf(cmd, "precision", precisions...)
+	intIn(cmd, "positions", 1, 4096)
+	intIn(cmd, "observe", 0, 1<<20)
+	intIn(cmd, "held-out", 1, 4096)
+	intIn(cmd, "threads", 0, 1024)
+	floatIn(cmd, "mask-clip", -1e6, -1e-9)
+	rootCmd.AddCommand(cmd)
+}
+
+func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
+	if f.Model == "" || f.Export == "" || f.Out == "" {
+		return usagef("--model, --export and --out are required")
+	}
+	// The flag rules (intIn, floatIn, oneOf) have checked every value's
+	// range and word before the command runs.
+	prec, err := qnn.ParsePrecision(f.precision)
+	if err != nil {
+		return usagef("--precision: %v", err)
+	}
+	start := time.Now()
+	o := f.Options
+	o.Precision, o.Log = prec, cmd.ErrOrStderr()
+	b, err := qnnbundle.Build(cmd.Context(), o)
+	if errors.Is(err, qnnbundle.ErrRefused) {
+		b.WriteSummary(cmd.ErrOrStderr(), f.Out, time.Since(start), false)
+	}
+	if err != nil {
+		return err
+	}
+	if jsonOut {
+		return printJSON(struct {
+			*qnnbundle.Bundle
+			Out     string             `json:"out"`
+			Timings map[string]float64 `json:"timing"`
+		}{b, f.Out, map[string]float64{"trace_s": b.Calibration.Seconds, "calibrate_s": b.Calibration.CalibrateSeconds,
+			"simulate_s": b.Simulation.Seconds, "total_s": math.Round(time.Since(start).Seconds()*100) / 100}})
+	}
+	b.WriteSummary(cmd.OutOrStdout(), f.Out, time.Since(start), true)
+	return nil
+}
