@@ -57,6 +57,21 @@ type QuantWeights struct {
 	specs  map[string]spark.TensorSpec // quantized tensors by original name
 }
 
+// OpenForward opens any checkpoint OpenWeights reads for the reference
+// forward.
+func OpenForward(dir string, opt forward.Options) (*forward.Model, error) {
+	w, err := OpenWeights(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := forward.NewWeights(w, opt)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
 // OpenWeights opens any checkpoint sparkconv reads or writes: an original
 // float checkpoint (spark.Open) or a quantized output, every tensor checked
 // against config.json.

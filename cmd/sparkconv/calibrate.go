@@ -9,9 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/calib"
-	"sparkconv/forward"
-	"sparkconv/outdir"
-	"sparkconv/progress"
 )
 
 func init() {
@@ -63,56 +60,9 @@ summary (layer-input and KV absmax) goes to stderr; --json prints it on stdout.`
 
 func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out string, force bool, seqLen, maxSamples, minTokens int, seed uint64) error {
 	start := time.Now()
-	tok, tokUnk, err := calib.LoadTokenizer(modelDir)
+	s, total, err := calib.Calibrate(cmd.Context(), calib.Job{Model: modelDir, Files: files, Out: out, Force: force,
+		SeqLen: seqLen, MaxSamples: maxSamples, MinTokens: minTokens, Seed: seed, Log: os.Stderr})
 	if err != nil {
-		return fmt.Errorf("calibrate needs the model's tokenizer: %w", err)
-	}
-	var texts []calib.Text
-	for _, f := range files {
-		t, err := calib.ReadSamples(f)
-		if err != nil {
-			return err
-		}
-		texts = append(texts, t...)
-	}
-	texts = calib.Select(texts, maxSamples, seed)
-	m, err := forward.Open(modelDir, forward.Options{CachedLayers: 1}) // each layer is used once
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	chunks, _, err := calib.Tokenize(tok, texts, seqLen, m.Cfg.VocabSize)
-	if err != nil {
-		return err
-	}
-	total := 0
-	for _, c := range chunks {
-		total += len(c.IDs)
-	}
-	if total < minTokens {
-		return fmt.Errorf("the samples (%d) give %d tokens, fewer than the %d needed (--min-tokens): add samples", len(texts), total, minTokens)
-	}
-	warn, err := calib.CheckVariety(chunks, tokUnk, m.Cfg.VocabSize)
-	if err != nil {
-		return err
-	}
-	if warn != "" {
-		fmt.Fprintln(os.Stderr, "sparkconv: warning:", warn)
-	}
-	d, err := outdir.Create(out, force, append([]string{modelDir}, files...)...)
-	if err != nil {
-		return err
-	}
-	defer d.Abort()
-	bar := progress.New(int64((m.Cfg.NumLayers+1)*len(chunks)), "calibrate", false)
-	s, err := calib.Run(m, texts, chunks, d.Path(), calib.Options{
-		Ctx: cmd.Context(), Bar: bar, SeqLen: seqLen, MaxSamples: maxSamples, Seed: seed,
-	})
-	if err != nil {
-		return err
-	}
-	bar.Done(true)
-	if err := d.Commit(); err != nil {
 		return err
 	}
 	secs, rss := time.Since(start).Seconds(), calibPeakRSSMB()

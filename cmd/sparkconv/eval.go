@@ -4,22 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"sparkconv/eval"
 	"sparkconv/eval/evalort"
-	"sparkconv/fixtures/corpus"
-	"sparkconv/forward"
-	"sparkconv/infile"
-	"sparkconv/onnxgraph"
-	"sparkconv/ortrun"
 	"sparkconv/outdir"
-	"sparkconv/progress"
 	"sparkconv/spark"
-	"sparkconv/tokenizer"
 )
 
 // evalFlags are the flags of eval (and of the builds' --eval).
@@ -123,84 +114,27 @@ disjoint from the calibration corpus).`,
 	rootCmd.AddCommand(cmd)
 }
 
-// evalText reads the evaluation text the flags name.
-func evalText(ef *evalFlags, vocab int) (*eval.Text, error) {
-	const promptLen = 32
-	if ef.ids != "" {
-		data, err := infile.ReadFile(ef.ids, infile.TextMax)
-		if err != nil {
-			return nil, err
-		}
-		return eval.ParseIDs(data, ef.ids, vocab, promptLen)
-	}
-	tok, err := tokenizer.Load(filepath.Join(ef.base, "tokenizer.json"))
-	if err != nil {
-		return nil, fmt.Errorf("--base: %w (give --ids to score token ids without a tokenizer)", err)
-	}
-	if ef.samples == "" {
-		return eval.TextFromSamples([]byte(corpus.HeldOut), corpus.HeldOutName, false, tok, promptLen)
-	}
-	data, err := infile.ReadFile(ef.samples, infile.TextMax)
-	if err != nil {
-		return nil, err
-	}
-	return eval.TextFromSamples(data, ef.samples, strings.EqualFold(filepath.Ext(ef.samples), ".jsonl"), tok, promptLen)
-}
-
-// runEval scores ef.model against ef.base.
+// runEval scores ef.model (or ef.export) against ef.base.
 func runEval(ef *evalFlags) (*eval.Result, error) {
 	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
 	if err := checkEvalOutputs(ef, inputs); err != nil {
 		return nil, err
 	}
-	cfg, err := spark.LoadConfig(ef.base)
-	if err != nil {
-		return nil, err
-	}
 	if err := checkExportContext(ef); err != nil {
 		return nil, err
 	}
-	text, err := evalText(ef, cfg.VocabSize)
-	if err != nil {
-		return nil, err
-	}
-	if text.Windows(ef.opt.Ctx) == 0 {
-		return nil, fmt.Errorf("%s gives %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), ef.opt.Ctx)
-	}
-	windows := int64(text.Windows(ef.opt.Ctx))
-	bar := progress.New(windows, "eval base", false)
-	opt := ef.opt
-	opt.Progress = func(n int) { bar.Add(int64(n)) }
-	b, done, err := eval.EnsureBase(ef.baseLogits, func() (eval.Model, func(), error) {
-		m, err := openForward(ef.base, forward.Options{})
-		if err != nil {
-			return nil, nil, err
-		}
-		return eval.Forward{M: m}, func() { m.Close() }, nil
-	}, text, opt, cfg.VocabSize, append(inputs, ef.report)...)
-	bar.Done(true)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	build, closeBuild, err := openBuild(ef)
-	if err != nil {
-		return nil, err
-	}
-	defer closeBuild()
-	bar = progress.New(windows, "eval build", false)
-	opt.Progress = func(n int) { bar.Add(int64(n)) }
-	r, err := eval.Evaluate(b, build, opt)
-	bar.Done(true)
-	if err != nil {
-		return nil, err
-	}
-	if ef.report != "" {
-		if err := eval.WriteReport(ef.report, r, ef.model+ef.export, ef.force, append(inputs, ef.baseLogits)...); err != nil {
-			return nil, fmt.Errorf("--report: %w", err)
+	j := eval.Job{Base: ef.base, Build: ef.model + ef.export, Samples: ef.samples, IDs: ef.ids,
+		BaseLogits: ef.baseLogits, Report: ef.report, Options: ef.opt}
+	if ef.export != "" {
+		j.OpenBuild = func() (eval.Model, func(), error) {
+			e, err := evalort.Open(ef.export, ef.threads, "")
+			if err != nil {
+				return nil, nil, err
+			}
+			return e, e.Close, nil
 		}
 	}
-	return r, nil
+	return eval.Run(j, inputs...)
 }
 
 // checkEvalOutputs refuses, before any work, a --report or --base-logits
@@ -223,23 +157,6 @@ func checkEvalOutputs(ef *evalFlags, inputs []string) error {
 	return nil
 }
 
-// openBuild opens what is scored: --model through the reference forward,
-// or --export in ONNX Runtime.
-func openBuild(ef *evalFlags) (eval.Model, func(), error) {
-	if ef.export == "" {
-		m, err := openForward(ef.model, forward.Options{})
-		if err != nil {
-			return nil, nil, err
-		}
-		return eval.Forward{M: m}, func() { m.Close() }, nil
-	}
-	e, err := evalort.Open(ef.export, ef.threads, "")
-	if err != nil {
-		return nil, nil, err
-	}
-	return e, e.Close, nil
-}
-
 // checkExportContext refuses an export whose caches are too short for the
 // windows and the greedy test, and loads ONNX Runtime, before anything is
 // computed.
@@ -247,18 +164,7 @@ func checkExportContext(ef *evalFlags) error {
 	if ef.export == "" {
 		return nil
 	}
-	man, err := onnxgraph.ReadVerified(ef.export)
-	if err != nil {
-		return err
-	}
-	if need := max(ef.opt.Ctx-1, 32+ef.opt.GenTokens-1); need > man.Context {
-		return fmt.Errorf("--export %s holds %d positions; --ctx %d and the greedy test need %d (export with --context %d or more, or lower --ctx)", ef.export, man.Context, ef.opt.Ctx, need, need)
-	}
-	lib, err := ortrun.FindORTLib(ef.ortLib)
-	if err != nil {
-		return err
-	}
-	return ortrun.Init(lib)
+	return evalort.Prepare(ef.export, ef.ortLib, ef.opt.Ctx, 32+ef.opt.GenTokens-1)
 }
 
 // printEval prints the figures as llama.cpp's summary does.

@@ -1,16 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"sparkconv/onnxgraph"
-	"sparkconv/onnxio"
-	"sparkconv/outdir"
-	"sparkconv/progress"
 	"sparkconv/qnn"
 	"sparkconv/spark"
 )
@@ -122,55 +119,54 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 		return usagef("--model and --out are required")
 	}
 	start := time.Now()
-	m, err := spark.Open(f.model)
+	c, err := spark.LoadConfig(f.model)
 	if err != nil {
 		return err
 	}
-	defer m.Close()
-	o, err := f.options(m.Config)
+	o, err := f.options(c)
 	if err != nil {
 		return err
 	}
-	n, _ := onnxgraph.GraphCount(m.Config, o)
-	bar := progress.New(int64(n), "export-onnx", false)
-	o.Done = func(file string, _ int64) { bar.Describe(file); bar.Add(1) }
-	d, err := outdir.Create(f.out, f.force, f.model)
-	if err != nil {
-		return err
-	}
-	defer d.Abort()
-	man, err := onnxgraph.Export(cmd.Context(), m, d.Path(), o)
-	if err != nil {
-		return err
-	}
-	bar.Done(true)
-	rep := &exportONNXReport{Out: f.out, Manifest: man}
-	for _, g := range man.Graphs {
-		size := g.Bytes
-		if g.ExternalData != nil {
-			size += g.ExternalData.Size
+	rep := &exportONNXReport{Out: f.out}
+	man, err := onnxgraph.ExportFolder(cmd.Context(), f.model, f.out, f.force, o, func(dir string, man *onnxgraph.Manifest) error {
+		rep.Manifest = man
+		for _, g := range man.Graphs {
+			size := g.Bytes
+			if g.ExternalData != nil {
+				size += g.ExternalData.Size
+			}
+			rep.Files = append(rep.Files, exportONNXFile{File: g.File, Kind: g.Kind, Bytes: size, SHA256: g.SHA256})
+			rep.Bytes += size
 		}
-		rep.Files = append(rep.Files, exportONNXFile{File: g.File, Kind: g.Kind, Bytes: size, SHA256: g.SHA256})
-		rep.Bytes += size
-	}
-	if !f.noLint {
-		if err := lintExport(d.Path(), man, rep); err != nil {
+		if f.noLint {
+			return nil
+		}
+		var files []string
+		for _, g := range man.Graphs {
+			files = append(files, g.File)
+		}
+		var err error
+		if rep.Lint, rep.LintErrors, rep.LintWarnings, err = qnn.LintFiles(dir, files); err != nil {
 			return err
 		}
 		if rep.LintErrors > 0 {
-			err := fmt.Errorf("export-onnx: the QNN lint found %d errors; nothing written to %s", rep.LintErrors, f.out)
-			if jsonOut {
-				rep.Error = err.Error()
-				if perr := printJSON(rep); perr != nil {
-					return perr
-				}
-				return reported(err)
-			}
-			printLint(cmd, rep)
-			return err
+			return errLint
 		}
+		return nil
+	})
+	if errors.Is(err, errLint) {
+		err := fmt.Errorf("export-onnx: the QNN lint found %d errors; nothing written to %s", rep.LintErrors, f.out)
+		if jsonOut {
+			rep.Error = err.Error()
+			if perr := printJSON(rep); perr != nil {
+				return perr
+			}
+			return reported(err)
+		}
+		printLint(cmd, rep)
+		return err
 	}
-	if err := d.Commit(); err != nil {
+	if err != nil {
 		return err
 	}
 	rep.Seconds = time.Since(start).Seconds()
@@ -184,30 +180,8 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 	return nil
 }
 
-// lintMaxRaw is the largest initializer payload the lint reads back: every
-// constant (scalars, shapes, axes, norm weights) is far smaller; the big
-// weights' bytes do not matter to any QNN rule.
-const lintMaxRaw = 1 << 20
-
-// lintExport runs qnn.Lint on every graph file as written (without the
-// payload of its big weights, which would cost a copy of the model).
-func lintExport(dir string, man *onnxgraph.Manifest, rep *exportONNXReport) error {
-	rep.Lint = map[string][]qnn.Finding{}
-	for _, g := range man.Graphs {
-		mp, err := onnxio.ReadStructure(filepath.Join(dir, g.File), lintMaxRaw)
-		if err != nil {
-			return fmt.Errorf("lint: %w", err)
-		}
-		fs := qnn.Lint(mp)
-		e, w := qnn.Count(fs)
-		rep.LintErrors += e
-		rep.LintWarnings += w
-		if len(fs) > 0 {
-			rep.Lint[g.File] = fs
-		}
-	}
-	return nil
-}
+// errLint refuses an export the QNN lint finds errors in.
+var errLint = errors.New("QNN lint errors")
 
 func printLint(cmd *cobra.Command, rep *exportONNXReport) {
 	if jsonOut {

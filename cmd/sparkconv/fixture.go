@@ -7,8 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/fixtures"
-	"sparkconv/outdir"
-	"sparkconv/progress"
 )
 
 func init() {
@@ -33,25 +31,8 @@ func init() {
 			if err := checkIn("shards", int64(opt.Shards), 1, int64(tensors), "the preset's tensor count: each shard holds at least one tensor"); err != nil {
 				return err
 			}
-			d, err := outdir.CreateOwned(out, force, outdir.AnyOwner(outdir.SparkconvFolder, fixtures.Owner))
-			if err != nil {
-				return err
-			}
-			defer d.Abort()
-			bar := progress.New(shape.Bytes(!opt.Untied), "fixture "+opt.Preset, true)
-			opt.Done = func(_ string, n int64) { bar.Add(n) }
 			opt.Ctx = cmd.Context()
-			if err := cmd.Context().Err(); err != nil {
-				return err
-			}
-			if err := fixtures.Generate(d.Path(), opt); err != nil {
-				return err
-			}
-			bar.Done(jsonOut)
-			if err := cmd.Context().Err(); err != nil {
-				return err
-			}
-			if err := d.Commit(); err != nil {
+			if err := fixtures.GenerateFolder(out, force, opt, jsonOut); err != nil {
 				return err
 			}
 			if jsonOut {

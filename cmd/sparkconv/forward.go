@@ -105,7 +105,7 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 	} else if input, err = parseTokenIDs(idList); err != nil {
 		return usagef("--ids: %v", err)
 	}
-	m, err := openForward(modelDir, forward.Options{})
+	m, err := convert.OpenForward(modelDir, forward.Options{})
 	if err != nil {
 		return err
 	}
@@ -148,21 +148,6 @@ func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK in
 		fmt.Fprintf(w, "wrote %s (%d layers, %d positions)\n", dump, m.Cfg.NumLayers, len(input))
 	}
 	return nil
-}
-
-// openForward opens any checkpoint sparkconv reads (an original or a
-// quantized output) for the reference forward.
-func openForward(dir string, opt forward.Options) (*forward.Model, error) {
-	w, err := convert.OpenWeights(dir)
-	if err != nil {
-		return nil, err
-	}
-	m, err := forward.NewWeights(w, opt)
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
-	return m, nil
 }
 
 // loadModelTokenizer loads dir/tokenizer.json; it is an error only when needed.

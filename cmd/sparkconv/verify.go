@@ -7,10 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"sparkconv/forward"
-	"sparkconv/onnxgraph"
-	"sparkconv/ortrun"
-	"sparkconv/spark"
 	"sparkconv/verify"
 )
 
@@ -73,28 +69,7 @@ bar. Ctrl-C stops it between steps (exit 130, no verdict printed).`,
 
 func runVerify(cmd *cobra.Command, model string, exports []string, ortLib string, o verify.Options) error {
 	start := time.Now()
-	lib, err := ortrun.FindORTLib(ortLib)
-	if err != nil {
-		return err
-	}
-	if err := ortrun.Init(lib); err != nil {
-		return err
-	}
-	sm, err := spark.Open(model)
-	if err != nil {
-		return err
-	}
-	if o.Fingerprint, err = onnxgraph.SourceFingerprint(sm); err != nil {
-		sm.Close()
-		return err
-	}
-	ref, err := forward.New(sm, forward.Options{})
-	if err != nil {
-		sm.Close()
-		return err
-	}
-	defer ref.Close()
-	rep, err := verify.Run(cmd.Context(), ref, exports, o)
+	rep, err := verify.RunModel(cmd.Context(), model, exports, ortLib, o)
 	if err != nil {
 		return err
 	}

@@ -34,6 +34,24 @@ type Export struct {
 	runner        *ortrun.Runner // every session at once, for Logits; opened on first use
 }
 
+// Prepare refuses the export in dir when its caches hold fewer positions
+// than windows of ctx tokens and greedy sequences of greedy tokens need,
+// and loads ONNX Runtime (ortLib, else ortrun.FindORTLib's search).
+func Prepare(dir, ortLib string, ctx, greedy int) error {
+	man, err := onnxgraph.ReadVerified(dir)
+	if err != nil {
+		return err
+	}
+	if need := max(ctx-1, greedy); need > man.Context {
+		return fmt.Errorf("--export %s holds %d positions; --ctx %d and the greedy test need %d (export with --context %d or more, or lower --ctx)", dir, man.Context, ctx, need, need)
+	}
+	lib, err := ortrun.FindORTLib(ortLib)
+	if err != nil {
+		return err
+	}
+	return ortrun.Init(lib)
+}
+
 // Open reads the export's manifest in dir and checks every graph against
 // its sha256 (onnxgraph.ReadVerified); sessions open when graphs run
 // (ONNX Runtime must be initialized). optimize is ONNX Runtime's graph

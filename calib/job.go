@@ -1,0 +1,87 @@
+package calib
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"sparkconv/forward"
+	"sparkconv/outdir"
+	"sparkconv/progress"
+)
+
+// Job is one calibrate run between folders.
+type Job struct {
+	Model      string   // checkpoint folder (config.json, safetensors, tokenizer.json)
+	Files      []string // samples files (ReadSamples' formats)
+	Out        string   // output folder, written all at once
+	Force      bool     // replace an existing Out
+	SeqLen     int      // longest chunk in tokens
+	MaxSamples int      // at most this many samples, drawn with Seed (0: all)
+	Seed       uint64
+	MinTokens  int       // fewest tokens the samples must give
+	Log        io.Writer // warnings; nil: none
+}
+
+// Calibrate tokenizes the samples with the model's tokenizer, checks them
+// (MinTokens, CheckVariety), and runs them through the reference forward
+// into the statistics files of Out (Run). It returns the summary and the
+// number of tokens run.
+func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
+	if j.Log == nil {
+		j.Log = io.Discard
+	}
+	tok, tokUnk, err := LoadTokenizer(j.Model)
+	if err != nil {
+		return nil, 0, fmt.Errorf("calibrate needs the model's tokenizer: %w", err)
+	}
+	var texts []Text
+	for _, f := range j.Files {
+		t, err := ReadSamples(f)
+		if err != nil {
+			return nil, 0, err
+		}
+		texts = append(texts, t...)
+	}
+	texts = Select(texts, j.MaxSamples, j.Seed)
+	m, err := forward.Open(j.Model, forward.Options{CachedLayers: 1}) // each layer is used once
+	if err != nil {
+		return nil, 0, err
+	}
+	defer m.Close()
+	chunks, _, err := Tokenize(tok, texts, j.SeqLen, m.Cfg.VocabSize)
+	if err != nil {
+		return nil, 0, err
+	}
+	total := 0
+	for _, c := range chunks {
+		total += len(c.IDs)
+	}
+	if total < j.MinTokens {
+		return nil, 0, fmt.Errorf("the samples (%d) give %d tokens, fewer than the %d needed (--min-tokens): add samples", len(texts), total, j.MinTokens)
+	}
+	warn, err := CheckVariety(chunks, tokUnk, m.Cfg.VocabSize)
+	if err != nil {
+		return nil, 0, err
+	}
+	if warn != "" {
+		fmt.Fprintln(j.Log, "sparkconv: warning:", warn)
+	}
+	d, err := outdir.Create(j.Out, j.Force, append([]string{j.Model}, j.Files...)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer d.Abort()
+	bar := progress.New(int64((m.Cfg.NumLayers+1)*len(chunks)), "calibrate", false)
+	s, err := Run(m, texts, chunks, d.Path(), Options{
+		Ctx: ctx, Bar: bar, SeqLen: j.SeqLen, MaxSamples: j.MaxSamples, Seed: j.Seed,
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	bar.Done(true)
+	if err := d.Commit(); err != nil {
+		return nil, 0, err
+	}
+	return s, total, nil
+}

@@ -1,0 +1,116 @@
+package eval
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"sparkconv/convert"
+	"sparkconv/fixtures/corpus"
+	"sparkconv/forward"
+	"sparkconv/infile"
+	"sparkconv/progress"
+	"sparkconv/spark"
+	"sparkconv/tokenizer"
+)
+
+// Job is one evaluation between folders and files (the flags of eval and
+// of the builds' --eval).
+type Job struct {
+	Base       string // the original checkpoint folder
+	Build      string // the scored folder, named in the report
+	Samples    string // held-out text file; "" (and no IDs): corpus.HeldOut
+	IDs        string // file of token ids, taken as they are
+	BaseLogits string // the base's log-probs file: computed when absent, reused when present
+	Report     string // HTML report to write; "": none
+	Options
+	// OpenBuild opens what is scored; nil: Build through the reference
+	// forward (convert.OpenForward).
+	OpenBuild func() (Model, func(), error)
+}
+
+// promptLen is the length of each greedy prompt in tokens.
+const promptLen = 32
+
+// Run scores the build against the base on the job's text: the base's
+// log-probs first (EnsureBase), then the build (Evaluate), and the report.
+// inputs are every path the job reads, which neither output may overlap.
+func Run(j Job, inputs ...string) (*Result, error) {
+	cfg, err := spark.LoadConfig(j.Base)
+	if err != nil {
+		return nil, err
+	}
+	text, err := j.text(cfg.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	if text.Windows(j.Ctx) == 0 {
+		return nil, fmt.Errorf("%s gives %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), j.Ctx)
+	}
+	windows := int64(text.Windows(j.Ctx))
+	bar := progress.New(windows, "eval base", false)
+	opt := j.Options
+	opt.Progress = func(n int) { bar.Add(int64(n)) }
+	b, done, err := EnsureBase(j.BaseLogits, openForward(j.Base), text, opt, cfg.VocabSize, append(inputs, j.Report)...)
+	bar.Done(true)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	open := j.OpenBuild
+	if open == nil {
+		open = openForward(j.Build)
+	}
+	build, closeBuild, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer closeBuild()
+	bar = progress.New(windows, "eval build", false)
+	opt.Progress = func(n int) { bar.Add(int64(n)) }
+	r, err := Evaluate(b, build, opt)
+	bar.Done(true)
+	if err != nil {
+		return nil, err
+	}
+	if j.Report != "" {
+		if err := WriteReport(j.Report, r, j.Build, j.Force, append(inputs, j.BaseLogits)...); err != nil {
+			return nil, fmt.Errorf("--report: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// openForward opens dir through the reference forward, as a Model.
+func openForward(dir string) func() (Model, func(), error) {
+	return func() (Model, func(), error) {
+		m, err := convert.OpenForward(dir, forward.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return Forward{M: m}, func() { m.Close() }, nil
+	}
+}
+
+// text reads the evaluation text the job names.
+func (j Job) text(vocab int) (*Text, error) {
+	if j.IDs != "" {
+		data, err := infile.ReadFile(j.IDs, infile.TextMax)
+		if err != nil {
+			return nil, err
+		}
+		return ParseIDs(data, j.IDs, vocab, promptLen)
+	}
+	tok, err := tokenizer.Load(filepath.Join(j.Base, "tokenizer.json"))
+	if err != nil {
+		return nil, fmt.Errorf("--base: %w (give --ids to score token ids without a tokenizer)", err)
+	}
+	if j.Samples == "" {
+		return TextFromSamples([]byte(corpus.HeldOut), corpus.HeldOutName, false, tok, promptLen)
+	}
+	data, err := infile.ReadFile(j.Samples, infile.TextMax)
+	if err != nil {
+		return nil, err
+	}
+	return TextFromSamples(data, j.Samples, strings.EqualFold(filepath.Ext(j.Samples), ".jsonl"), tok, promptLen)
+}
