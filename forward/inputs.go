@@ -27,21 +27,15 @@ var LinearInputs = []LinearInput{
 
 // QuantReaders are the input's readers that are quantized
 // (spark.QuantLinears), in table order.
-func (in LinearInput) QuantReaders() []string {
-	var out []string
-	for _, r := range in.Readers {
-		if slices.Contains(spark.QuantLinears, r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+func (in LinearInput) QuantReaders() []string { return in.readers(true) }
 
 // FloatReaders are the input's readers that stay float.
-func (in LinearInput) FloatReaders() []string {
+func (in LinearInput) FloatReaders() []string { return in.readers(false) }
+
+func (in LinearInput) readers(quantized bool) []string {
 	var out []string
 	for _, r := range in.Readers {
-		if !slices.Contains(spark.QuantLinears, r) {
+		if slices.Contains(spark.QuantLinears, r) == quantized {
 			out = append(out, r)
 		}
 	}

@@ -118,12 +118,12 @@ const realConfig = `{"model_type":"spark2_5","vocab_size":131072,"hidden_size":2
 "rms_norm_eps":1e-6,"max_position_embeddings":1048576,"tie_word_embeddings":true,"sliding_window":512,
 "rope_theta":5000000.0,"partial_rotary_factor":0.25,"sliding_rope_theta":10000.0}`
 
-func TestPlanRealModel(t *testing.T) {
+func TestFootprintRealModel(t *testing.T) {
 	c, err := ParseConfig([]byte(realConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := c.NewPlan(2048)
+	p, err := c.Footprint(2048)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,14 +247,14 @@ func TestConfigSizesBounded(t *testing.T) {
 	}
 }
 
-// TestPlanOverflow: byte counts that do not fit in 64 bits are refused,
+// TestFootprintOverflow: byte counts that do not fit in 64 bits are refused,
 // never printed wrapped around.
-func TestPlanOverflow(t *testing.T) {
+func TestFootprintOverflow(t *testing.T) {
 	c, err := ParseConfig([]byte(realConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.NewPlan(MaxPositions); err != nil {
+	if _, err := c.Footprint(MaxPositions); err != nil {
 		t.Errorf("2^30 tokens on the real model: %v", err)
 	}
 	c.NumKVHeads, c.HeadDim, c.NumLayers = 1<<12, 1<<14, 1<<12
@@ -262,7 +262,7 @@ func TestPlanOverflow(t *testing.T) {
 	for i := range c.LayerTypes {
 		c.LayerTypes[i] = Full
 	}
-	if _, err := c.NewPlan(MaxPositions); err == nil || !strings.Contains(err.Error(), "64 bits") {
+	if _, err := c.Footprint(MaxPositions); err == nil || !strings.Contains(err.Error(), "64 bits") {
 		t.Errorf("overflowing plan: %v", err)
 	}
 }

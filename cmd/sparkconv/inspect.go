@@ -33,17 +33,17 @@ holding only config.json is planned from it alone (say so on stderr, and
 			if err != nil {
 				return err
 			}
-			plan, err := cfg.NewPlan(maxLen)
+			fp, err := cfg.Footprint(maxLen)
 			if err != nil {
 				return err
 			}
 			if jsonOut {
-				return printJSON(map[string]any{"model": model, "weights": weights, "config": cfg, "plan": plan})
+				return printJSON(map[string]any{"model": model, "weights": weights, "config": cfg, "plan": fp})
 			}
 			if weights != "checked" {
 				fmt.Fprintf(cmd.ErrOrStderr(), "sparkconv: %s has no weights (no %s or %s): planned from config.json alone\n", model, safetensors.SingleFile, safetensors.IndexFile)
 			}
-			printPlan(cmd.OutOrStdout(), cfg, plan)
+			printFootprint(cmd.OutOrStdout(), cfg, fp)
 			return nil
 		},
 	}
@@ -75,7 +75,7 @@ func inspectConfig(dir string) (*spark.Config, string, error) {
 
 func mb(n int64) string { return fmt.Sprintf("%.2f MB", float64(n)/(1<<20)) }
 
-func printPlan(w io.Writer, c *spark.Config, p spark.Plan) {
+func printFootprint(w io.Writer, c *spark.Config, p spark.Footprint) {
 	fmt.Fprintf(w, "Spark-X2.5: %s\n", c.Summary())
 	fmt.Fprintf(w, "  intermediate %d, GELU %s, rms_norm_eps %g, tied head %v\n", c.IntermediateSize, c.HiddenAct, c.RMSNormEps, c.TieWordEmbeddings)
 	fmt.Fprintf(w, "  sliding window %d; RoPE sliding R=%d theta=%g, full R=%d theta=%g (%s spelling)\n",

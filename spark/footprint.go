@@ -6,14 +6,14 @@ import (
 	"math/bits"
 )
 
-// Plan is what `sparkconv inspect` reports: parameter counts, checkpoint
+// Footprint is what `sparkconv inspect` reports: parameter counts, checkpoint
 // bytes per weight format, KV-cache and RoPE-table memory. All bytes are
 // computed from the config alone.
-type Plan struct {
+type Footprint struct {
 	Params       ParamCounts      `json:"params"`
 	Formats      []FormatBytes    `json:"formats"`
-	KVCache      KVCachePlan      `json:"kv_cache"`
-	RoPETables   RoPETablePlan    `json:"rope_tables"`
+	KVCache      KVCacheBytes      `json:"kv_cache"`
+	RoPETables   RoPETableBytes    `json:"rope_tables"`
 	LayerTypeMap string           `json:"layer_type_map"`
 	Layers       map[string][]int `json:"layers_by_type"`
 }
@@ -37,8 +37,8 @@ type FormatBytes struct {
 	Bytes  int64  `json:"bytes"`
 }
 
-// KVCachePlan is K+V memory in bf16.
-type KVCachePlan struct {
+// KVCacheBytes is K+V memory in bf16.
+type KVCacheBytes struct {
 	BytesPerTokenFlat int64 `json:"bytes_per_token_flat"`
 	Context           int   `json:"context"`
 	FlatBytes         int64 `json:"flat_bytes"`
@@ -46,8 +46,8 @@ type KVCachePlan struct {
 	SlidingCap        int   `json:"sliding_slots_cap"`
 }
 
-// RoPETablePlan is cos+sin tables (half width, bf16) for both layer types.
-type RoPETablePlan struct {
+// RoPETableBytes is cos+sin tables (half width, bf16) for both layer types.
+type RoPETableBytes struct {
 	BytesPerPosition   int64 `json:"bytes_per_position"`
 	MaxPositions       int   `json:"max_position_embeddings"`
 	BytesByMaxPosition int64 `json:"bytes_by_max_position_embeddings"`
@@ -61,7 +61,7 @@ func (c *Config) linearShapes() [][2]int64 {
 	return [][2]int64{{int64(c.QDim() + 2*c.KVDim()), h}, {h, int64(c.QDim())}, {i, h}, {i, h}, {h, i}}
 }
 
-// sizer does the plan's int64 arithmetic and remembers an overflow.
+// sizer does the footprint's int64 arithmetic and remembers an overflow.
 type sizer struct{ overflow bool }
 
 func (s *sizer) mul(xs ...int64) int64 {
@@ -89,11 +89,11 @@ func (s *sizer) add(xs ...int64) int64 {
 	return r
 }
 
-// NewPlan computes the plan for a context of maxModelLen tokens. It fails,
+// Footprint computes the footprint for a context of maxModelLen tokens. It fails,
 // instead of printing a wrapped-around number, when a byte count would not
 // fit in an int64.
-func (c *Config) NewPlan(maxModelLen int) (Plan, error) {
-	var p Plan
+func (c *Config) Footprint(maxModelLen int) (Footprint, error) {
+	var p Footprint
 	var s sizer
 	h, v, L := int64(c.HiddenSize), int64(c.VocabSize), int64(c.NumLayers)
 	var lin int64
@@ -112,10 +112,10 @@ func (c *Config) NewPlan(maxModelLen int) (Plan, error) {
 	p.Params.Total = s.add(p.Params.Embedding, p.Params.Head, p.Params.Gate, p.Params.Norms, p.Params.QuantLinears)
 
 	p.Formats = c.formatBytes(&s, p.Params)
-	p.KVCache = c.kvPlan(&s, maxModelLen)
-	p.RoPETables = c.ropePlan(&s, maxModelLen)
+	p.KVCache = c.kvBytes(&s, maxModelLen)
+	p.RoPETables = c.ropeBytes(&s, maxModelLen)
 	if s.overflow {
-		return Plan{}, fmt.Errorf("the plan's byte counts for %s at max_model_len %d do not fit in 64 bits", c.Summary(), maxModelLen)
+		return Footprint{}, fmt.Errorf("the footprint's byte counts for %s at max_model_len %d do not fit in 64 bits", c.Summary(), maxModelLen)
 	}
 	p.Layers = map[string][]int{}
 	var m []byte
@@ -170,9 +170,9 @@ func (c *Config) formatBytes(s *sizer, pc ParamCounts) []FormatBytes {
 	return out
 }
 
-func (c *Config) kvPlan(s *sizer, ctx int) KVCachePlan {
+func (c *Config) kvBytes(s *sizer, ctx int) KVCacheBytes {
 	perLayer := s.mul(2, int64(c.NumKVHeads), int64(c.HeadDim), 2) // K and V, bf16
-	p := KVCachePlan{Context: ctx, SlidingCap: c.SlidingWindow - 1}
+	p := KVCacheBytes{Context: ctx, SlidingCap: c.SlidingWindow - 1}
 	p.BytesPerTokenFlat = s.mul(perLayer, int64(c.NumLayers))
 	p.FlatBytes = s.mul(p.BytesPerTokenFlat, int64(ctx))
 	for i := range c.NumLayers {
@@ -185,7 +185,7 @@ func (c *Config) kvPlan(s *sizer, ctx int) KVCachePlan {
 	return p
 }
 
-func (c *Config) ropePlan(s *sizer, maxModelLen int) RoPETablePlan {
+func (c *Config) ropeBytes(s *sizer, maxModelLen int) RoPETableBytes {
 	var half int64
 	seen := map[LayerType]bool{}
 	for i, t := range c.LayerTypes {
@@ -195,7 +195,7 @@ func (c *Config) ropePlan(s *sizer, maxModelLen int) RoPETablePlan {
 		}
 	}
 	per := s.mul(half, 2, 2) // cos and sin, bf16
-	return RoPETablePlan{
+	return RoPETableBytes{
 		BytesPerPosition: per, MaxPositions: c.MaxPositionEmbeddings,
 		BytesByMaxPosition: s.mul(per, int64(c.MaxPositionEmbeddings)),
 		MaxModelLen:        maxModelLen, BytesByModelLen: s.mul(per, int64(maxModelLen)),
