@@ -27,7 +27,7 @@ func LintEncodings(m *onnxpb.ModelProto, f *Encodings) []Finding {
 	}
 	l.x = newGraphIndex(m.GetGraph(), defaultOpset(m))
 	x := l.x
-	plan := NewPlan(m)
+	plan := NewEncodingPlan(m)
 	patternConst := map[string]*Pattern{}
 	for i := range plan.Patterns {
 		for _, c := range plan.Patterns[i].Consts {

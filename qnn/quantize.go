@@ -55,14 +55,14 @@ type Param struct {
 	Axis int
 }
 
-// Plan says where a graph gets encodings, the way the QAIRT converter
+// EncodingPlan says where a graph gets encodings, the way the QAIRT converter
 // quantizes it: every float activation (graph inputs and node outputs)
 // except the interiors of fusable patterns, with tied tensors sharing one
 // encoding (data movement ops and Concat with their inputs, each KV input
 // with its new_*/present_* output, a Gather's output with its table), and
 // the float constants as parameters (MatMul weights per output channel,
 // others per tensor, none for a pattern's own constants).
-type Plan struct {
+type EncodingPlan struct {
 	Acts     []string // in graph order
 	Params   []Param
 	Patterns []Pattern
@@ -73,10 +73,10 @@ type Plan struct {
 	acts     map[string]bool
 }
 
-// NewPlan plans a graph's encodings.
-func NewPlan(m *onnxpb.ModelProto) *Plan {
+// NewEncodingPlan plans a graph's encodings.
+func NewEncodingPlan(m *onnxpb.ModelProto) *EncodingPlan {
 	x := newGraphIndex(m.GetGraph(), defaultOpset(m))
-	p := &Plan{GatherOf: map[string]string{}, group: map[string]string{}, interior: map[string]*Pattern{}}
+	p := &EncodingPlan{GatherOf: map[string]string{}, group: map[string]string{}, interior: map[string]*Pattern{}}
 	p.Patterns = x.fusablePatterns()
 	patternConst := map[string]bool{}
 	for i := range p.Patterns {
@@ -155,7 +155,7 @@ func NewPlan(m *onnxpb.ModelProto) *Plan {
 	return p
 }
 
-func (p *Plan) find(t string) string {
+func (p *EncodingPlan) find(t string) string {
 	for {
 		r, ok := p.group[t]
 		if !ok || r == t {
@@ -165,7 +165,7 @@ func (p *Plan) find(t string) string {
 	}
 }
 
-func (p *Plan) union(a, b string) {
+func (p *EncodingPlan) union(a, b string) {
 	if a == "" || b == "" {
 		return
 	}
@@ -181,7 +181,7 @@ func (p *Plan) union(a, b string) {
 }
 
 // ActSet is the set of Acts.
-func (p *Plan) ActSet() map[string]bool {
+func (p *EncodingPlan) ActSet() map[string]bool {
 	if p.acts == nil {
 		p.acts = map[string]bool{}
 		for _, a := range p.Acts {
@@ -192,7 +192,7 @@ func (p *Plan) ActSet() map[string]bool {
 }
 
 // Interior returns the fusable pattern whose interior holds t, or nil.
-func (p *Plan) Interior(t string) *Pattern { return p.interior[t] }
+func (p *EncodingPlan) Interior(t string) *Pattern { return p.interior[t] }
 
 // fusablePatterns finds every RMSNorm and exact-GELU pattern QNN fuses.
 func (x *graphIndex) fusablePatterns() []Pattern {
@@ -308,7 +308,7 @@ func ParamAbsMax(data []float32, dims []int64, axis int) []float64 {
 // asymmetric grid over the union of their ranges, fixed ranges (the
 // attention mask) override what was observed, parameters get symmetric
 // grids, and a Gather's output takes its table's grid.
-func (p *Plan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax map[string][]float64) (*Encodings, error) {
+func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax map[string][]float64) (*Encodings, error) {
 	f := &Encodings{Version: EncodingsVersion, Activations: []Encoding{}, Params: []Encoding{}, ExcludedLayers: []string{},
 		QuantizerArgs: &QuantizerArgs{ActivationBitwidth: prec.ActBits, DType: "int", IsSymmetric: false,
 			ParamBitwidth: prec.WeightBits, PerChannel: true, QuantScheme: "min_max"}}

@@ -72,7 +72,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	plan := qnn.NewPlan(m)
+	plan := qnn.NewEncodingPlan(m)
 	g, err := onnxeval.Load(m)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
@@ -129,7 +129,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 
 // observe runs the graph on one sample and widens the range of every
 // activation of the plan, the mask clamped to its fixed range.
-func observe(g *onnxeval.Graph, plan *qnn.Plan, s Sample, fixed, r qnn.Ranges) error {
+func observe(g *onnxeval.Graph, plan *qnn.EncodingPlan, s Sample, fixed, r qnn.Ranges) error {
 	want := plan.ActSet()
 	ins := map[string]onnxeval.Value{}
 	for name, t := range s.Feeds {

@@ -143,7 +143,7 @@ func TestBundleEncodings(t *testing.T) {
 				}
 			}
 		}
-		pats := qnn.NewPlan(m).Patterns
+		pats := qnn.NewEncodingPlan(m).Patterns
 		if e.Kind == onnxgraph.KindLayer && len(pats) != 3 { // two RMSNorms and the GELU
 			t.Errorf("%s: %d fusable patterns, want 3", e.Name, len(pats))
 		}
