@@ -12,8 +12,8 @@ import (
 type Footprint struct {
 	Params       ParamCounts      `json:"params"`
 	Formats      []FormatBytes    `json:"formats"`
-	KVCache      KVCacheBytes      `json:"kv_cache"`
-	RoPETables   RoPETableBytes    `json:"rope_tables"`
+	KVCache      KVCacheBytes     `json:"kv_cache"`
+	RoPETables   RoPETableBytes   `json:"rope_tables"`
 	LayerTypeMap string           `json:"layer_type_map"`
 	Layers       map[string][]int `json:"layers_by_type"`
 }
