@@ -66,7 +66,7 @@ const vllmCPU = "vLLM's CPU GPTQ path (CPUWNA16LinearKernel / int4_scaled_mm_cpu
 // a multiple of the group size; for a quantized head, a vocabulary that is
 // a multiple of 64.
 func CheckGPTQModel(cfg *spark.Config, o GPTQOptions) error {
-	return CheckInt4Targets(vllmCPU, Int4Targets(cfg, o.QuantHead), func(t Int4Target) []string {
+	return CheckTargets(vllmCPU, Targets(cfg, o.QuantHead), func(t Target) []string {
 		var why []string
 		if t.K%32 != 0 {
 			why = append(why, fmt.Sprintf("K=%d is not a multiple of 32 (the CPU kernel needs K %% 32 == 0)", t.K))
@@ -154,7 +154,7 @@ func calMeta(meta map[string]any, cal *Calibration) {
 // GPTQParts are the four tensors of one quantized linear W[N, K] with group g:
 // qweight int32 [K/8, N], qzeros int32 [K/g, N/8] (all 0x77777777), scales
 // fp16 [K/g, N], g_idx int32 [K] = k/g.
-func GPTQParts(t Int4Target, g int) []Int4Part {
+func GPTQParts(t Target, g int) []Int4Part {
 	n, k, groups := t.N, t.K, t.K/g
 	return []Int4Part{
 		{
@@ -209,14 +209,14 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	if act != dtype.BF16 {
 		j.Report.Settings["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", act)
 	}
-	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch, Targets: Int4Targets(cfg, o.QuantHead)})
+	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch, Targets: Targets(cfg, o.QuantHead)})
 	if err != nil {
 		return nil, err
 	}
 	if sol != nil {
 		chooser = sol
 	}
-	tensors, src := j.Int4Model(o.QuantHead, func(t Int4Target) Int4Spec {
+	tensors, src := j.Int4Model(o.QuantHead, func(t Target) Int4Spec {
 		return Int4Spec{Target: t, Group: o.Group, ScaleDType: quant.ScaleF16, Chooser: chooser, Grid: GridSym4, Parts: GPTQParts(t, o.Group)}
 	})
 	set := map[string]any{"quantization_config": GPTQConfig(o, j.Report.Calibration, o.Version)}

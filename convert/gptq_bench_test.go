@@ -16,7 +16,7 @@ import (
 func BenchmarkGPTQLinear(b *testing.B) {
 	for _, sh := range []struct{ n, k int }{{2048, 2048}, {6656, 2048}} {
 		m := quant.BF16Matrix(sh.n, sh.k, syntheticBF16(sh.n, sh.k, 1))
-		t := Int4Target{Source: "w", Module: "w", N: sh.n, K: sh.k}
+		t := Target{Source: "w", Module: "w", N: sh.n, K: sh.k}
 		for _, search := range []bool{true, false} {
 			spec := Int4Spec{Target: t, Group: 128, ScaleDType: quant.ScaleF16, Grid: GridSym4,
 				Chooser: RTN{Grid: GridSym4, Search: search}, Parts: GPTQParts(t, 128)}

@@ -204,7 +204,7 @@ func checkGPTQ(t *testing.T, in, out string, rep *Report, g int, quantHead, noSe
 	for _, r := range rep.Tensors {
 		reported[r.Name] = r
 	}
-	targets := Int4Targets(src.Config, quantHead)
+	targets := Targets(src.Config, quantHead)
 	var gain float64
 	for _, tg := range targets {
 		_, raw, _ := src.Raw(tg.Source)

@@ -103,7 +103,7 @@ type rechoose struct {
 	calls map[string]int
 }
 
-func (c rechoose) Choose(dst *quant.Int4Result, t Int4Target, m quant.Matrix, group int, dt quant.ScaleDType) error {
+func (c rechoose) Choose(dst *quant.Int4Result, t Target, m quant.Matrix, group int, dt quant.ScaleDType) error {
 	c.calls[t.Source]++
 	return c.RTN.Choose(dst, t, m, group, dt)
 }

@@ -124,7 +124,7 @@ type CodeChooser interface {
 	// Stats) for target t: t.Source is the tensor m was read from, t.Module
 	// the module it becomes ("lm_head" for a tied head read from the
 	// embedding).
-	Choose(dst *quant.Int4Result, t Int4Target, m quant.Matrix, group int, dt quant.ScaleDType) error
+	Choose(dst *quant.Int4Result, t Target, m quant.Matrix, group int, dt quant.ScaleDType) error
 	// Recode recomputes dst.Codes of m from the parameters already in dst
 	// when the codes are a function of them (round to nearest). It returns
 	// false when they are not (a Hessian-based chooser), and the writer
@@ -151,7 +151,7 @@ func (c RTN) Method() string {
 }
 
 // Choose quantizes m with package quant's grid routines.
-func (c RTN) Choose(dst *quant.Int4Result, _ Int4Target, m quant.Matrix, group int, dt quant.ScaleDType) error {
+func (c RTN) Choose(dst *quant.Int4Result, _ Target, m quant.Matrix, group int, dt quant.ScaleDType) error {
 	return c.Grid.quantize(dst, m, group, dt, c.Search)
 }
 
@@ -182,33 +182,34 @@ type Int4Part struct {
 	Restore func(r *quant.Int4Result, src []byte) error
 }
 
-// Int4Target is one linear to quantize: the input tensor it reads and the
-// module prefix of its output tensors.
-type Int4Target struct {
+// Target is one linear to quantize, on any grid (the 4-bit formats and
+// W8A8): the input tensor it reads and the module prefix of its output
+// tensors.
+type Target struct {
 	Source string
 	Module string
 	N, K   int
 }
 
-// Int4Targets lists the quantized linears of a model: the 5 linears of every
+// Targets lists the quantized linears of a model: the 5 linears of every
 // layer, and the output head when quantHead (read from lm_head.weight, or
 // from the tied embedding).
-func Int4Targets(cfg *spark.Config, quantHead bool) []Int4Target {
-	var out []Int4Target
+func Targets(cfg *spark.Config, quantHead bool) []Target {
+	var out []Target
 	for _, s := range cfg.Tensors() {
 		if s.Kind == spark.KindLinear {
-			out = append(out, Int4Target{s.Name, s.Module(), int(s.Shape[0]), int(s.Shape[1])})
+			out = append(out, Target{s.Name, s.Module(), int(s.Shape[0]), int(s.Shape[1])})
 		}
 	}
 	if quantHead {
-		out = append(out, Int4Target{cfg.HeadWeight(), "lm_head", cfg.VocabSize, cfg.HiddenSize})
+		out = append(out, Target{cfg.HeadWeight(), "lm_head", cfg.VocabSize, cfg.HiddenSize})
 	}
 	return out
 }
 
 // Int4Spec describes how one target is written.
 type Int4Spec struct {
-	Target     Int4Target
+	Target     Target
 	Group      int
 	ScaleDType quant.ScaleDType
 	Chooser    CodeChooser
@@ -410,15 +411,15 @@ func EncodeInt4(spec Int4Spec, m quant.Matrix) ([][]byte, quant.ErrStats, error)
 // Int4Model lists the output tensors of a 4-bit checkpoint: every target
 // through spec(target), the rest of the model copied bit for bit. It
 // returns the tensors and the input each one reads (for WriteTensors).
-func (j *Job) Int4Model(quantHead bool, spec func(Int4Target) Int4Spec) ([]safetensors.Tensor, map[string]string) {
-	targets := map[string]Int4Target{}
-	for _, t := range Int4Targets(j.Model.Config, quantHead) {
+func (j *Job) Int4Model(quantHead bool, spec func(Target) Int4Spec) ([]safetensors.Tensor, map[string]string) {
+	targets := map[string]Target{}
+	for _, t := range Targets(j.Model.Config, quantHead) {
 		targets[t.Source] = t
 	}
 	var tensors []safetensors.Tensor
 	src := map[string]string{}
 	scratch := &int4Scratch{}
-	add := func(t Int4Target) {
+	add := func(t Target) {
 		for _, out := range j.int4Linear(spec(t), scratch) {
 			tensors = append(tensors, out)
 			src[out.Name] = t.Source
@@ -442,12 +443,12 @@ func (j *Job) Int4Model(quantHead bool, spec func(Int4Target) Int4Spec) ([]safet
 
 // ShapeCheck returns the reasons a target rejects a linear [N, K] (none
 // when it loads).
-type ShapeCheck func(t Int4Target) []string
+type ShapeCheck func(t Target) []string
 
-// CheckInt4Targets applies check to every target and returns one error
+// CheckTargets applies check to every target and returns one error
 // listing each distinct problem once, naming the first tensor (and its
 // shape) that has it and how many others share it.
-func CheckInt4Targets(what string, targets []Int4Target, check ShapeCheck) error {
+func CheckTargets(what string, targets []Target, check ShapeCheck) error {
 	type problem struct {
 		first string
 		more  int
@@ -483,7 +484,7 @@ func CheckInt4Targets(what string, targets []Int4Target, check ShapeCheck) error
 // activation dtype the checkpoint is made for.
 func (j *Job) ActivationDType() (dtype.DType, error) {
 	var dt dtype.DType
-	for _, t := range Int4Targets(j.Model.Config, false) {
+	for _, t := range Targets(j.Model.Config, false) {
 		info, _ := j.Model.Info(t.Source)
 		if dt != "" && info.DType != dt {
 			return "", fmt.Errorf("%s is %s but other linears are %s: mixed-dtype models are not supported", t.Source, info.DType, dt)

@@ -97,7 +97,7 @@ func TestReadW4A16(t *testing.T) {
 	}
 	defer ck.Close()
 	heads := 0
-	for _, tg := range Int4Targets(ref.Config(), true) {
+	for _, tg := range Targets(ref.Config(), true) {
 		got, act := dequant(t, ref, tg.Source, tg.N, tg.K)
 		if act != (forward.Act{DType: dtype.BF16}) {
 			t.Errorf("%s: activation rule %v", tg.Source, act)
@@ -219,7 +219,7 @@ func TestReadGPTQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	targets := Int4Targets(w.Config(), true)
+	targets := Targets(w.Config(), true)
 	for _, tg := range targets {
 		got, act := dequant(t, w, tg.Source, tg.N, tg.K)
 		if act != (forward.Act{DType: dtype.BF16, Int8: forward.Int8VLLMRow}) {

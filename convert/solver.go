@@ -21,7 +21,7 @@ type SolveSpec struct {
 	Group   int
 	DType   quant.ScaleDType
 	Search  bool
-	Targets []Int4Target
+	Targets []Target
 }
 
 // Solver chooses the codes of every target. Solve runs once the model is
@@ -35,11 +35,11 @@ type Solver interface {
 type Solution interface {
 	CodeChooser // the 4-bit grids
 	// ChooseInt8 fills dst (Codes, Scales, Stats) for target t.
-	ChooseInt8(dst *quant.Int8Result, t Int4Target) error
+	ChooseInt8(dst *quant.Int8Result, t Target) error
 	// Calibration says what was done, for the config and the report.
 	Calibration() *Calibration
 	// Module is target t's entry in the report (nil if none).
-	Module(t Int4Target) *ModuleReport
+	Module(t Target) *ModuleReport
 	// Replaced returns new values for a float tensor the solver changed
 	// (SmoothQuant's folded norms and scaled g_proj), written in the
 	// tensor's dtype instead of the input's bytes.
@@ -174,7 +174,7 @@ func (j *Job) solve(s Solver, spec SolveSpec) (Solution, error) {
 }
 
 // moduleReport is the solution's entry for a target, if any.
-func (j *Job) moduleReport(t Int4Target) *ModuleReport {
+func (j *Job) moduleReport(t Target) *ModuleReport {
 	if j.solution == nil {
 		return nil
 	}

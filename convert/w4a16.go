@@ -69,7 +69,7 @@ func (o W4A16Options) W4A16Chooser() CodeChooser {
 // With --pack avx512 a last block of 16, 32 or 48 channels is fine: the
 // kernel packs it as adjacent pairs (docs/formats.md#tinygemm-layout), and so do we.
 func CheckW4A16Model(cfg *spark.Config, o W4A16Options) error {
-	return CheckInt4Targets("torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu)", Int4Targets(cfg, o.QuantHead), func(t Int4Target) []string {
+	return CheckTargets("torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu)", Targets(cfg, o.QuantHead), func(t Target) []string {
 		var why []string
 		if t.K%o.Group != 0 {
 			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (the kernel needs K %% group == 0; try a group size in %v that divides it)", o.Group, t.K, W4A16GroupSizes))
@@ -125,7 +125,7 @@ func torchDTypeName(d dtype.DType) string {
 
 // W4A16Parts are the tensors of one tinygemm linear: qweight uint8 [N, K/2]
 // (portable or a kernel layout) and scales_and_zeros [K/g, N, 2] in dt.
-func W4A16Parts(t Int4Target, group int, dt quant.ScaleDType, pack string) []Int4Part {
+func W4A16Parts(t Target, group int, dt quant.ScaleDType, pack string) []Int4Part {
 	n, k, groups := t.N, t.K, t.K/group
 	return []Int4Part{
 		{
@@ -189,14 +189,14 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	j.Report.Method = chooser.Method()
 	j.Report.Settings = map[string]any{"group_size": o.Group, "pack": o.pack(), "search": !o.NoSearch, "quant_head": o.QuantHead, "scales_dtype": string(act)}
 	sdt := scaleDType(act)
-	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridAsym4, Group: o.Group, DType: sdt, Search: !o.NoSearch, Targets: Int4Targets(cfg, o.QuantHead)})
+	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridAsym4, Group: o.Group, DType: sdt, Search: !o.NoSearch, Targets: Targets(cfg, o.QuantHead)})
 	if err != nil {
 		return nil, err
 	}
 	if sol != nil {
 		chooser = sol
 	}
-	tensors, src := j.Int4Model(o.QuantHead, func(t Int4Target) Int4Spec {
+	tensors, src := j.Int4Model(o.QuantHead, func(t Target) Int4Spec {
 		return Int4Spec{Target: t, Group: o.Group, ScaleDType: sdt, Chooser: chooser, Grid: GridAsym4, Parts: W4A16Parts(t, o.Group, sdt, o.pack())}
 	})
 	set := map[string]any{"quantization_config": W4A16Config(o, j.Report.Calibration, act, o.Version)}

@@ -145,7 +145,7 @@ func checkW4A16(t *testing.T, in, out string, rep *Report, g int, quantHead bool
 		reported[r.Name] = r
 	}
 	var gain float64
-	targets := Int4Targets(src.Config, quantHead)
+	targets := Targets(src.Config, quantHead)
 	for _, tg := range targets {
 		_, raw, _ := src.Raw(tg.Source)
 		l := readW4(t, dst, tg.Module, tg.N, tg.K, g)
@@ -207,7 +207,7 @@ func TestW4A16NoSearch(t *testing.T) {
 	dst, _ := safetensors.OpenDir(out)
 	defer dst.Close()
 	rnd := func(x float64) float64 { return decBF16(bf16Bytes(float32(x)))[0] }
-	for _, tg := range Int4Targets(src.Config, false) {
+	for _, tg := range Targets(src.Config, false) {
 		_, raw, _ := src.Raw(tg.Source)
 		w := decBF16(raw)
 		l := readW4(t, dst, tg.Module, tg.N, tg.K, 64)
@@ -307,7 +307,7 @@ func TestW4A16KernelPacks(t *testing.T) {
 				}
 			}
 		}
-		for _, tg := range Int4Targets(cfg, true) {
+		for _, tg := range Targets(cfg, true) {
 			l := readW4(t, port, tg.Module, tg.N, tg.K, 128)
 			_, got, _ := ck.Raw(tg.Module + ".qweight")
 			bn := map[string]int{"avx512": 64, "avx2": 32}[p]
@@ -507,7 +507,7 @@ func TestW4A16Rechoose(t *testing.T) {
 func BenchmarkW4A16Linear(b *testing.B) {
 	for _, sh := range []struct{ n, k int }{{2048, 2048}, {6656, 2048}} {
 		m := quant.BF16Matrix(sh.n, sh.k, syntheticBF16(sh.n, sh.k, 1))
-		tg := Int4Target{Source: "w", Module: "w", N: sh.n, K: sh.k}
+		tg := Target{Source: "w", Module: "w", N: sh.n, K: sh.k}
 		for _, pack := range []string{"portable", "avx512"} {
 			for _, search := range []bool{true, false} {
 				spec := Int4Spec{Target: tg, Group: 128, ScaleDType: quant.ScaleBF16, Grid: GridAsym4,

@@ -57,7 +57,7 @@ type W8A8Options struct {
 
 // W8A8Targets are the linears W8A8 quantizes (the head never: vLLM's
 // compressed-tensors scheme ignores lm_head).
-func W8A8Targets(cfg *spark.Config) []Int4Target { return Int4Targets(cfg, false) }
+func W8A8Targets(cfg *spark.Config) []Target { return Targets(cfg, false) }
 
 // W8A8 converts a Spark checkpoint to compressed-tensors W8A8: the 5
 // linears of every layer become int8 `weight` [N,K] plus `weight_scale`
@@ -323,7 +323,7 @@ func (w8a8Reader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {
 func (j *Job) w8a8Solved(s spark.TensorSpec, sol Solution) (safetensors.Tensor, safetensors.Tensor) {
 	info, _ := j.Model.Info(s.Name)
 	n, k := int(s.Shape[0]), int(s.Shape[1])
-	t := Int4Target{Source: s.Name, Module: s.Module(), N: n, K: k}
+	t := Target{Source: s.Name, Module: s.Module(), N: n, K: k}
 	dt := scaleDType(info.DType)
 	var mu sync.Mutex
 	reported := false

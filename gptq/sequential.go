@@ -91,7 +91,7 @@ type run struct {
 	xs      [][]float32 // residual stream of every chunk, quantized layers so far
 	hand    [][]float32 // what one stage hands the next, per chunk: att [T, QD], then act [T, I]
 	norm    []float32   // a norm's output for the chunk being run [SeqLen, H]
-	targets map[string]convert.Int4Target
+	targets map[string]convert.Target
 	hess    map[forward.Point]*calib.Hessian
 	f       Factor
 	st      *store
@@ -110,7 +110,7 @@ func (c *Calibrator) Solve(j *convert.Job, spec convert.SolveSpec) (convert.Solu
 	// set before a collection: measured on the full model, 20 keeps the
 	// peak 0.2 GB lower at no measurable cost.
 	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
-	r := &run{c: c, j: j, spec: spec, targets: map[string]convert.Int4Target{},
+	r := &run{c: c, j: j, spec: spec, targets: map[string]convert.Target{},
 		grid: Grid{Kind: spec.Grid, Group: spec.Group, DType: spec.DType, Search: spec.Search}}
 	for _, t := range spec.Targets {
 		r.targets[t.Source] = t
@@ -424,7 +424,7 @@ func (r *run) mark(at string) {
 }
 
 // headTarget is the quantized head, if any.
-func (r *run) headTarget() *convert.Int4Target {
+func (r *run) headTarget() *convert.Target {
 	for _, t := range r.spec.Targets {
 		if t.Module == "lm_head" {
 			return &t
@@ -483,7 +483,7 @@ func (r *run) head() error {
 // nearest's error is measured row block by row block: its whole Result is
 // only made when it is the one stored. done (if set) is called whenever a
 // pass over m's rows has read a part of them for the last time.
-func (r *run) module(t convert.Int4Target, m quant.Matrix, h *calib.Hessian, ferr error, input string, t0 time.Time, done func()) (*Result, error) {
+func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr error, input string, t0 time.Time, done func()) (*Result, error) {
 	rep := &convert.ModuleReport{Method: "gptq", Input: input, Tokens: h.Tokens, HeldOutRows: h.HeldRows()}
 	var res *Result
 	if ferr == nil {
@@ -551,7 +551,7 @@ var RetryDamps = []float64{1, 0.1}
 // retry solves m again at each of RetryDamps above the damping that lost,
 // until one beats round to nearest; it keeps the best codes seen and says
 // in rep.Note what each damping gave.
-func (r *run) retry(t convert.Int4Target, m quant.Matrix, h *calib.Hessian, res *Result, rep *convert.ModuleReport, done func()) (*Result, error) {
+func (r *run) retry(t convert.Target, m quant.Matrix, h *calib.Hessian, res *Result, rep *convert.ModuleReport, done func()) (*Result, error) {
 	setPhase("retry")
 	tried := fmt.Sprintf("%g: %.4g", rep.DampPercent, rep.OutErr)
 	f := Factor{work: r.f.work} // r.f's float64 scratch is free again
@@ -583,7 +583,7 @@ func (r *run) retry(t convert.Int4Target, m quant.Matrix, h *calib.Hessian, res 
 
 // fallback records a module rounded to nearest instead, on stderr and in
 // the report.
-func (r *run) fallback(t convert.Int4Target, rep *convert.ModuleReport, why string) {
+func (r *run) fallback(t convert.Target, rep *convert.ModuleReport, why string) {
 	rep.Method, rep.Fallback = "rtn", why
 	r.cal.Fallbacks = append(r.cal.Fallbacks, convert.Fallback{Module: t.Module, Method: "rtn", Reason: why})
 	fmt.Fprintf(r.c.Log, "sparkconv: warning: %s rounded to nearest instead of GPTQ: %s\n", t.Module, why)

@@ -98,7 +98,7 @@ func (s *store) get(source string, r *Result) (*entry, error) {
 func (s *store) Method() string { return s.method }
 
 // Choose fills dst with the solved codes and parameters of t.
-func (s *store) Choose(dst *quant.Int4Result, t convert.Int4Target, _ quant.Matrix, group int, _ quant.ScaleDType) error {
+func (s *store) Choose(dst *quant.Int4Result, t convert.Target, _ quant.Matrix, group int, _ quant.ScaleDType) error {
 	r := Result{Codes: dst.Codes, Scales: dst.Scales}
 	e, err := s.get(t.Source, &r)
 	if err != nil {
@@ -116,7 +116,7 @@ func (s *store) Choose(dst *quant.Int4Result, t convert.Int4Target, _ quant.Matr
 func (s *store) Recode(*quant.Int4Result, quant.Matrix) bool { return false }
 
 // ChooseInt8 fills dst with the solved int8 codes and scales of t.
-func (s *store) ChooseInt8(dst *quant.Int8Result, t convert.Int4Target) error {
+func (s *store) ChooseInt8(dst *quant.Int8Result, t convert.Target) error {
 	var r Result
 	if _, err := s.get(t.Source, &r); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (s *store) ChooseInt8(dst *quant.Int8Result, t convert.Int4Target) error {
 func (s *store) Calibration() *convert.Calibration { return s.cal }
 
 // Module is t's report entry.
-func (s *store) Module(t convert.Int4Target) *convert.ModuleReport {
+func (s *store) Module(t convert.Target) *convert.ModuleReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.entries[t.Source]; ok {
