@@ -209,7 +209,7 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	if act != dtype.BF16 {
 		j.Report.Settings["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", act)
 	}
-	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch, Targets: Targets(cfg, o.QuantHead)})
+	sol, err := j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch}, Targets: Targets(cfg, o.QuantHead)})
 	if err != nil {
 		return nil, err
 	}

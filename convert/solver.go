@@ -14,13 +14,20 @@ import (
 	"sparkconv/quant"
 )
 
-// SolveSpec is what a Solver is asked for: the grid, its group size (0 for
-// per-channel int8), the parameter dtype and rule, and every target.
+// GridSpec is one value for what a linear is quantized to, carried from
+// the format's entry point to the solve: the grid, its group size along K
+// (0 for per-channel int8), the dtype its parameters are stored in, and
+// whether group parameters come from the MSE search or the plain rule.
+type GridSpec struct {
+	Kind   Grid
+	Group  int
+	DType  quant.ScaleDType
+	Search bool
+}
+
+// SolveSpec is what a Solver is asked for: the grid and every target.
 type SolveSpec struct {
-	Grid    Grid
-	Group   int
-	DType   quant.ScaleDType
-	Search  bool
+	GridSpec
 	Targets []Target
 }
 

@@ -87,7 +87,7 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sol, err = j.solve(o.Solver, SolveSpec{Grid: GridInt8, DType: scaleDType(act), Targets: W8A8Targets(j.Model.Config)}); err != nil {
+		if sol, err = j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridInt8, DType: scaleDType(act)}, Targets: W8A8Targets(j.Model.Config)}); err != nil {
 			return nil, err
 		}
 	}

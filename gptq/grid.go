@@ -7,16 +7,10 @@ import (
 	"sparkconv/quant"
 )
 
-// Grid is what the solve quantizes to: one of convert's grids, its group
-// size along K (K itself for per-channel int8), the dtype the parameters
-// are stored in, and whether group parameters come from the MSE search or
-// the plain rule.
-type Grid struct {
-	Kind   convert.Grid
-	Group  int
-	DType  quant.ScaleDType
-	Search bool
-}
+// Grid is what the solve quantizes to: the format's convert.GridSpec (for
+// per-channel int8 the group is K itself), with the solve's parameter rules
+// as methods.
+type Grid convert.GridSpec
 
 // param is one group's parameters (zero only on the asymmetric grid).
 type param struct{ scale, zero float32 }

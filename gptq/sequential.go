@@ -111,7 +111,7 @@ func (c *Calibrator) Solve(j *convert.Job, spec convert.SolveSpec) (convert.Solu
 	// peak 0.2 GB lower at no measurable cost.
 	defer debug.SetGCPercent(debug.SetGCPercent(gcPercent))
 	r := &run{c: c, j: j, spec: spec, targets: map[string]convert.Target{},
-		grid: Grid{Kind: spec.Grid, Group: spec.Group, DType: spec.DType, Search: spec.Search}}
+		grid: Grid(spec.GridSpec)}
 	for _, t := range spec.Targets {
 		r.targets[t.Source] = t
 	}
@@ -203,7 +203,7 @@ func (r *run) prepare() error {
 	r.hess = map[forward.Point]*calib.Hessian{forward.AttnNorm: newHessian(H), forward.AttnGated: newHessian(QD),
 		forward.MLPNorm: newHessian(H), forward.MLPAct: newHessian(I)}
 	if c.Smooth > 0 {
-		if r.spec.Grid != convert.GridInt8 {
+		if r.spec.Kind != convert.GridInt8 {
 			return fmt.Errorf("SmoothQuant (--smooth) is for W8A8 only: it moves activation outliers into the weights, which 4-bit weights cannot absorb")
 		}
 		r.hess[forward.AttnNorm].TrackMax, r.hess[forward.MLPNorm].TrackMax = true, true

@@ -255,3 +255,12 @@ func prepare(root *cobra.Command) {
 	}
 	walk(root)
 }
+
+// intWords writes each value as a flag word (for oneOf).
+func intWords(values []int) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = strconv.Itoa(v)
+	}
+	return out
+}

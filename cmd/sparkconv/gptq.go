@@ -35,9 +35,6 @@ a group size that divides K; nothing is written for a model it cannot load.` + c
 				return err
 			}
 			o.Options = opt
-			if err := o.CheckFlags(); err != nil {
-				return usagef("%v", err)
-			}
 			if o.Solver, err = kf.solver(cmd); err != nil {
 				return err
 			}
@@ -54,6 +51,6 @@ a group size that divides K; nothing is written for a model it cannot load.` + c
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
 	f.BoolVar(&o.NoSearch, "no-search", false, "plain absmax scales instead of the per-group MSE scale search")
-	oneOf(cmd, "group", "32", "64", "128")
+	oneOf(cmd, "group", intWords(convert.GPTQGroupSizes)...) // convert.GPTQ checks the same list
 	rootCmd.AddCommand(cmd)
 }

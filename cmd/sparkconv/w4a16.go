@@ -39,9 +39,6 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 				return err
 			}
 			o.Options = opt
-			if err := o.CheckFlags(); err != nil {
-				return usagef("%v", err)
-			}
 			if o.Solver, err = kf.solver(cmd); err != nil {
 				return err
 			}
@@ -59,8 +56,8 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 	f.StringVar(&o.Pack, "pack", "portable", "qweight layout: portable, avx512 or avx2")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
 	f.BoolVar(&o.NoSearch, "no-search", false, "plain min/max parameters instead of the per-group MSE search")
-	oneOf(cmd, "group", "32", "64", "128", "256")
-	oneOf(cmd, "pack", "portable", "avx512", "avx2")
+	oneOf(cmd, "group", intWords(convert.W4A16GroupSizes)...) // convert.W4A16 checks the same lists
+	oneOf(cmd, "pack", convert.W4A16Packs...)
 	rootCmd.AddCommand(cmd)
 }
 
