@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -114,6 +115,25 @@ to nearest's is solved again at damping 1, then 0.1; if it still loses, or
 its Hessian never factors, it is rounded to nearest instead, named on
 stderr, in the report and the config.
 --rtn skips calibration (round to nearest only).`
+
+// runCalibrated is the body of gptq, w4a16 and w8a8: the shared prologue
+// (begin), the solver the calibration flags select, the conversion, then
+// the fidelity gate and print (finish).
+func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, run func(context.Context, convert.Options, convert.Solver) (*convert.Report, error), print func(*convert.Report) error) error {
+	opt, err := c.begin(cmd, k.c.Files...)
+	if err != nil {
+		return err
+	}
+	solver, err := k.solver(cmd)
+	if err != nil {
+		return err
+	}
+	r, err := run(cmd.Context(), opt, solver)
+	if err != nil {
+		return err
+	}
+	return c.finish(cmd, r, func() error { return print(r) })
+}
 
 // calibFlags are the calibration flags of gptq, w4a16 and w8a8.
 type calibFlags struct {

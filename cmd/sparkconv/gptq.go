@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
@@ -30,19 +31,10 @@ a group size that divides K; nothing is written for a model it cannot load.` + c
 		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opt, err := cf.begin(cmd, kf.c.Files...)
-			if err != nil {
-				return err
-			}
-			o.Options = opt
-			if o.Solver, err = kf.solver(cmd); err != nil {
-				return err
-			}
-			r, err := convert.GPTQ(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return cf.finish(cmd, r, func() error { return finish4bit(cmd, r, o.QuantHead, opt.Out) })
+			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
+				o.Options, o.Solver = opt, s
+				return convert.GPTQ(ctx, o)
+			}, func(r *convert.Report) error { return finish4bit(cmd, r, o.QuantHead, o.Out) })
 		},
 	}
 	cf.register(cmd)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -34,19 +35,10 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		Example: "  sparkconv w4a16 --model /tmp/spark-tiny --out /tmp/spark-tiny-w4a16 --quant-head",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opt, err := cf.begin(cmd, kf.c.Files...)
-			if err != nil {
-				return err
-			}
-			o.Options = opt
-			if o.Solver, err = kf.solver(cmd); err != nil {
-				return err
-			}
-			r, err := convert.W4A16(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			return cf.finish(cmd, r, func() error { return finish4bit(cmd, r, o.QuantHead, opt.Out) })
+			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
+				o.Options, o.Solver = opt, s
+				return convert.W4A16(ctx, o)
+			}, func(r *convert.Report) error { return finish4bit(cmd, r, o.QuantHead, o.Out) })
 		},
 	}
 	cf.register(cmd)

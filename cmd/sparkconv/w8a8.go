@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
@@ -28,20 +29,12 @@ plain compressed-tensors checkpoint that vLLM loads unchanged.` + calibHelp,
 		Example: "  sparkconv w8a8 --model /tmp/spark-tiny --out /tmp/spark-tiny-w8a8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opt, err := cf.begin(cmd, kf.c.Files...)
-			if err != nil {
-				return err
-			}
-			solver, err := kf.solver(cmd)
-			if err != nil {
-				return err
-			}
-			r, err := convert.W8A8With(cmd.Context(), convert.W8A8Options{Options: opt, Solver: solver})
-			if err != nil {
-				return err
-			}
-			return cf.finish(cmd, r, func() error {
-				if err := printReport(cmd, r, opt.Out); err != nil {
+			var out string
+			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
+				out = opt.Out
+				return convert.W8A8With(ctx, convert.W8A8Options{Options: opt, Solver: s})
+			}, func(r *convert.Report) error {
+				if err := printReport(cmd, r, out); err != nil {
 					return err
 				}
 				if !jsonOut && r.Calibration != nil {
