@@ -71,12 +71,26 @@ func Stream(tok *tokenizer.Tokenizer, texts []Text, n, vocab int) ([]int, error)
 	if err != nil {
 		return nil, err
 	}
+	chunks, _ = Prefix(chunks, n)
 	var ids []int
 	for _, c := range chunks {
 		ids = append(ids, c.IDs...)
-		if len(ids) >= n {
-			return ids[:n], nil
-		}
 	}
 	return ids, nil
+}
+
+// Prefix is the first n tokens of chunks (the last chunk cut short), and
+// how many tokens that is.
+func Prefix(chunks []Chunk, n int) ([]Chunk, int) {
+	var out []Chunk
+	taken := 0
+	for _, ch := range chunks {
+		if taken >= n {
+			break
+		}
+		ch.IDs = ch.IDs[:min(len(ch.IDs), n-taken)]
+		out = append(out, ch)
+		taken += len(ch.IDs)
+	}
+	return out, taken
 }

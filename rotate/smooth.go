@@ -4,13 +4,10 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
-	"sparkconv/infile"
 	"sparkconv/spark"
-	"sparkconv/tokenizer"
 )
 
 // Down-proj smoothing: down_proj's input is gelu(gate)·up, per channel j
@@ -64,22 +61,17 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 	if err != nil {
 		return nil, err
 	}
-	tokPath := filepath.Join(dir, "tokenizer.json")
-	tokJSON, err := infile.ReadFile(tokPath, infile.TokenizerMax)
+	tok, unk, err := calib.LoadTokenizer(dir)
 	if err != nil {
 		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
-	}
-	tok, err := tokenizer.Parse(tokJSON)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", tokPath, err)
 	}
 	c := sm.Config
 	chunks, _, err := calib.Tokenize(tok, texts, o.SeqLen, c.VocabSize)
 	if err != nil {
 		return nil, err
 	}
-	chunks, tokens := budget(chunks, o.Tokens)
-	warn, err := calib.CheckTokens(chunks, calib.UnkID(tokJSON, tok), c.VocabSize)
+	chunks, tokens := calib.Prefix(chunks, o.Tokens)
+	warn, err := calib.CheckTokens(chunks, unk, c.VocabSize)
 	if err != nil {
 		return nil, err
 	}
@@ -112,21 +104,6 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 		m.DropLayers()
 	}
 	return out, nil
-}
-
-// budget keeps the first chunks up to tokens tokens (the last one cut).
-func budget(chunks []calib.Chunk, tokens int) ([]calib.Chunk, int) {
-	var out []calib.Chunk
-	n := 0
-	for _, ch := range chunks {
-		if n >= tokens {
-			break
-		}
-		ch.IDs = ch.IDs[:min(len(ch.IDs), tokens-n)]
-		out = append(out, ch)
-		n += len(ch.IDs)
-	}
-	return out, n
 }
 
 // smoothScales is s_j = max(amax_j^alpha / wmax_j^(1-alpha), 1e-5) with
