@@ -2,15 +2,9 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"sparkconv/onnxgraph"
-	"sparkconv/onnxio"
 	"sparkconv/qnn"
 )
 
@@ -57,55 +51,9 @@ sits inside a fusable RMSNorm or GELU pattern.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// lintReport is lint's JSON output.
-type lintReport struct {
-	File      string        `json:"file"`
-	Encodings string        `json:"encodings,omitempty"`
-	Errors    int           `json:"errors"`
-	Warnings  int           `json:"warnings"`
-	Findings  []qnn.Finding `json:"findings"`
-}
-
-// lintFiles expands the arguments: a folder stands for every .onnx file
-// below it, in name order. Every export folder among them (one holding a
-// manifest.json) has its files checked against the manifest's sha256s
-// first, as verify does.
-func lintFiles(args []string) ([]string, error) {
-	var files []string
-	for _, a := range args {
-		st, err := os.Stat(a)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() {
-			files = append(files, a)
-			continue
-		}
-		var found []string
-		err = filepath.WalkDir(a, func(p string, e os.DirEntry, err error) error {
-			if err == nil && !e.IsDir() && strings.EqualFold(filepath.Ext(p), ".onnx") {
-				found = append(found, p)
-			}
-			if err == nil && !e.IsDir() && e.Name() == onnxgraph.ManifestFile { // an export: its files checked first
-				_, err = onnxgraph.ReadVerified(filepath.Dir(p))
-			}
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		if len(found) == 0 {
-			return nil, fmt.Errorf("%s: no .onnx file in the folder", a)
-		}
-		sort.Strings(found)
-		files = append(files, found...)
-	}
-	return files, nil
-}
-
 // lintAll lints one file as before, or several with one summary.
 func lintAll(cmd *cobra.Command, args []string, encodings string) error {
-	files, err := lintFiles(args)
+	files, err := qnn.GraphFiles(args)
 	if err != nil {
 		return err
 	}
@@ -117,7 +65,7 @@ func lintAll(cmd *cobra.Command, args []string, encodings string) error {
 		return usagef("--encodings pairs with one graph; %d were given", len(files))
 	}
 	var all struct {
-		Files    []lintReport `json:"files"`
+		Files    []qnn.Report `json:"files"`
 		Errors   int          `json:"errors"`
 		Warnings int          `json:"warnings"`
 	}
@@ -150,37 +98,24 @@ func lintAll(cmd *cobra.Command, args []string, encodings string) error {
 // runLint lints one graph (and its encodings); asJSON prints its report
 // as the command's JSON document, else the human lines go to stdout unless
 // --json is set.
-func runLint(cmd *cobra.Command, path, encodings string, asJSON bool) (*lintReport, error) {
-	m, err := onnxio.ReadModelFile(path)
+func runLint(cmd *cobra.Command, path, encodings string, asJSON bool) (*qnn.Report, error) {
+	rep, err := qnn.LintFile(path, encodings)
 	if err != nil {
 		return nil, err
 	}
-	rep := lintReport{File: path, Findings: qnn.Lint(m)}
-	if encodings != "" {
-		enc, err := qnn.ReadEncodings(encodings)
-		if err != nil {
-			return nil, err
-		}
-		rep.Encodings = encodings
-		rep.Findings = append(rep.Findings, qnn.LintEncodings(m, enc)...)
-	}
-	if rep.Findings == nil {
-		rep.Findings = []qnn.Finding{}
-	}
-	rep.Errors, rep.Warnings = qnn.Count(rep.Findings)
 	if asJSON {
 		if err := printJSON(rep); err != nil {
-			return &rep, err
+			return rep, err
 		}
 	} else if !jsonOut {
 		out := cmd.OutOrStdout()
 		for _, f := range rep.Findings {
 			fmt.Fprintln(out, f)
 		}
-		fmt.Fprintf(out, "%s: %d errors, %d warnings (%d nodes)\n", path, rep.Errors, rep.Warnings, len(m.GetGraph().GetNode()))
+		fmt.Fprintf(out, "%s: %d errors, %d warnings (%d nodes)\n", path, rep.Errors, rep.Warnings, rep.Nodes)
 	}
 	if rep.Errors > 0 {
-		return &rep, reported(fmt.Errorf("%s: %d QNN lint errors", path, rep.Errors))
+		return rep, reported(fmt.Errorf("%s: %d QNN lint errors", path, rep.Errors))
 	}
-	return &rep, nil
+	return rep, nil
 }

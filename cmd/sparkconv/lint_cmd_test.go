@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"sparkconv/onnxpb"
+	"sparkconv/qnn"
 )
 
 // TestLintAndSanitizeCommands runs lint and sanitize on an exported layer
@@ -47,7 +48,7 @@ func TestLintAndSanitizeCommands(t *testing.T) {
 	os.WriteFile(bad, out, 0o644)
 
 	stdout, _, code := run(t, "--json", "lint", bad)
-	var rep lintReport
+	var rep qnn.Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("lint --json must print one JSON document: %v\n%s", err, stdout)
 	}

@@ -2,14 +2,9 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/proto"
 
-	"sparkconv/onnxio"
-	"sparkconv/onnxpb"
 	"sparkconv/qnn"
 )
 
@@ -54,48 +49,11 @@ of IN so that its relative data locations still resolve.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// sanitizeReport is sanitize's JSON output.
-type sanitizeReport struct {
-	Input    string        `json:"input"`
-	Output   string        `json:"output"`
-	Bytes    int64         `json:"bytes"`
-	Changes  []qnn.Change  `json:"changes"`
-	Errors   int           `json:"errors"`
-	Warnings int           `json:"warnings"`
-	Findings []qnn.Finding `json:"findings"`
-}
-
 func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
-	m, err := onnxio.ReadModelFile(in)
+	rep, err := qnn.SanitizeFile(in, out, force)
 	if err != nil {
 		return err
 	}
-	if locs := onnxio.ExternalLocations(m); len(locs) > 0 {
-		ai, err1 := filepath.Abs(filepath.Dir(in))
-		ao, err2 := filepath.Abs(filepath.Dir(out))
-		if err1 != nil || err2 != nil || ai != ao {
-			return fmt.Errorf("%s keeps tensor data in %s (relative to its folder); write %s into %s so those locations still resolve",
-				in, strings.Join(locs, ", "), filepath.Base(out), filepath.Dir(in))
-		}
-	}
-	changes, err := qnn.Sanitize(m)
-	if err != nil {
-		return fmt.Errorf("%s: %w; nothing written", in, err)
-	}
-	rep := sanitizeReport{Input: in, Output: out, Changes: changes, Findings: qnn.Lint(m)}
-	if rep.Changes == nil {
-		rep.Changes = []qnn.Change{}
-	}
-	if rep.Findings == nil {
-		rep.Findings = []qnn.Finding{}
-	}
-	rep.Errors, rep.Warnings = qnn.Count(rep.Findings)
-	markSanitized(m)
-	info, err := onnxio.WriteFile(out, onnxio.Model{Proto: m}, onnxio.WriteOptions{Force: force, Owner: onnxio.SparkconvModel, Inputs: []string{in}})
-	if err != nil {
-		return err
-	}
-	rep.Bytes = info.Size
 	if jsonOut {
 		if err := printJSON(rep); err != nil {
 			return err
@@ -115,16 +73,4 @@ func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
 		return reported(fmt.Errorf("wrote %s, but %d QNN lint errors remain that sanitize does not fix", out, rep.Errors))
 	}
 	return nil
-}
-
-// markSanitized records in the model's metadata_props that sanitize wrote
-// it, by which a later --force recognises the file as sparkconv's.
-func markSanitized(m *onnxpb.ModelProto) {
-	for _, p := range m.MetadataProps {
-		if p.GetKey() == onnxio.SanitizedBy {
-			p.Value = proto.String(onnxio.SanitizedByValue)
-			return
-		}
-	}
-	m.MetadataProps = append(m.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(onnxio.SanitizedBy), Value: proto.String(onnxio.SanitizedByValue)})
 }
