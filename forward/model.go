@@ -468,21 +468,7 @@ func (m *Model) headRowsF32(buf []float32, v0, v1 int) ([]float32, error) {
 
 // Logits returns fn [T, H] @ head^T, [T, V].
 func (m *Model) Logits(fn []float32, T int) ([]float32, error) {
-	V := m.Cfg.VocabSize
-	logits := make([]float32, T*V)
-	err := m.HeadBlocks(fn, T, func(v0, v1 int, blk []float32) {
-		nb := v1 - v0
-		for t := range T {
-			copy(logits[t*V+v0:t*V+v1], blk[t*nb:(t+1)*nb])
-		}
-	})
-	if err == nil {
-		err = firstNonFinite(ModelLevel, pointData{FinalNorm, fn[:T*m.Cfg.HiddenSize], m.Cfg.HiddenSize}, pointData{Logits, logits, V})
-	}
-	if err != nil {
-		return nil, err
-	}
-	return logits, nil
+	return m.observedLogits(fn, T, nil)
 }
 
 // gelu applies the MLP activation of the config in place on all cores.

@@ -87,15 +87,16 @@ func (m *Model) Prefill(ids []int, opt PrefillOptions) (*Result, error) {
 	return r, err
 }
 
+// observedLogits is Logits with each block of logits shown to obs (nil:
+// none) as it is computed.
 func (m *Model) observedLogits(fn []float32, T int, obs Observer) ([]float32, error) {
-	if obs == nil {
-		return m.Logits(fn, T)
-	}
 	V := m.Cfg.VocabSize
 	logits := make([]float32, T*V)
 	err := m.HeadBlocks(fn, T, func(v0, v1 int, blk []float32) {
 		nb := v1 - v0
-		obs.Observe(ModelLevel, Logits, blk, nb)
+		if obs != nil {
+			obs.Observe(ModelLevel, Logits, blk, nb)
+		}
 		for t := range T {
 			copy(logits[t*V+v0:t*V+v1], blk[t*nb:(t+1)*nb])
 		}
