@@ -36,6 +36,9 @@ const promptLen = 32
 // log-probs first (EnsureBase), then the build (Evaluate), and the report.
 // inputs are every path the job reads, which neither output may overlap.
 func Run(j Job, inputs ...string) (*Result, error) {
+	if err := j.Options.Check(); err != nil {
+		return nil, err
+	}
 	cfg, err := spark.LoadConfig(j.Base)
 	if err != nil {
 		return nil, err

@@ -185,16 +185,8 @@ func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
 		}
 		return nil, nil
 	}
-	switch {
-	case !(c.c.Damp > 0 && c.c.Damp <= 1):
-		return nil, usagef("--damp %g: want a fraction in (0, 1] of the mean Hessian diagonal (default %g)", c.c.Damp, gptq.DefaultDamp)
-	case c.c.Budget < gptq.MinTokens:
-		return nil, usagef("--tokens %d: want at least %d", c.c.Budget, gptq.MinTokens)
-	case c.c.Smooth != 0 && !(c.c.Smooth > 0 && c.c.Smooth < 1):
-		return nil, usagef("--smooth %g: want SmoothQuant's alpha in (0, 1), e.g. 0.8 (0: off)", c.c.Smooth)
-	case c.c.SeqLen < 1:
-		return nil, usagef("--seq-len %d: want at least 1", c.c.SeqLen)
-	}
+	// The flag rules (intIn, checkedBy) have checked --damp, --tokens,
+	// --smooth and --seq-len before the command runs.
 	c.c.Log = cmd.ErrOrStderr()
 	c.c.Quiet = jsonOut
 	return &c.c, nil

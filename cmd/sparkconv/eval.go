@@ -51,13 +51,8 @@ func (e *evalFlags) check(needModel bool) error {
 		return usagef("--base is required")
 	case needModel && (e.model == "") == (e.export == ""):
 		return usagef("give exactly one of --model and --export")
-	case e.threads < 0:
-		return usagef("--threads %d: want 0 (ONNX Runtime's default) or more", e.threads)
 	case e.samples != "" && e.ids != "":
 		return usagef("give at most one of --samples and --ids")
-	}
-	if err := e.opt.Check(); err != nil {
-		return usagef("%v", err)
 	}
 	e.opt.Force = e.force
 	return nil

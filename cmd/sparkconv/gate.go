@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -36,15 +35,11 @@ func (g *gateFlags) register(cmd *cobra.Command) {
 	floatIn(cmd, "min-top1", 1e-9, 1).unset()  // not given: no top-1 gate
 }
 
-// check refuses out-of-range gates (usage errors).
+// check completes the gate flags: a gate without --eval scores the
+// built-in text, and an --eval file must exist (usage errors).
 func (g *gateFlags) check(cmd *cobra.Command) error {
 	f := cmd.Flags()
-	if f.Changed("max-kld") && !(g.maxKLD > 0 && !math.IsInf(g.maxKLD, 0)) {
-		return usagef("--max-kld %v: want a finite KL divergence > 0 (nats)", g.maxKLD)
-	}
-	if f.Changed("min-top1") && !(g.minTop1 > 0 && g.minTop1 <= 1) {
-		return usagef("--min-top1 %v: want a fraction in (0, 1], e.g. 0.9 for 90 %%", g.minTop1)
-	}
+	// The flag rules (floatIn) have checked --max-kld and --min-top1.
 	if g.text == "" && (f.Changed("max-kld") || f.Changed("min-top1")) {
 		g.text = builtinText
 	}

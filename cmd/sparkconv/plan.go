@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -31,12 +30,6 @@ target machine) for amx_tile, amx_int8, avx512f and avx2.`,
   sparkconv plan --target phone --model /tmp/spark`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !slices.Contains(plan.Targets, target) {
-				return usagef("--target %q: want one of %s", target, strings.Join(plan.Targets, ", "))
-			}
-			if !slices.Contains(plan.Priorities, priority) {
-				return usagef("--priority %q: want one of %s", priority, strings.Join(plan.Priorities, ", "))
-			}
 			if cpuinfo != "" && target != "auto" {
 				return usagef("--cpuinfo is probed only with --target auto")
 			}
