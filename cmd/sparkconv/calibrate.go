@@ -3,12 +3,12 @@ package main
 import (
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"sparkconv/calib"
+	"sparkconv/convert"
 )
 
 func init() {
@@ -65,20 +65,11 @@ func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out strin
 	if err != nil {
 		return err
 	}
-	secs, rss := time.Since(start).Seconds(), calibPeakRSSMB()
+	secs, rss := time.Since(start).Seconds(), convert.PeakRSSMB()
 	s.WriteText(os.Stderr)
 	fmt.Fprintf(os.Stderr, "wrote %s in %.1fs (%.0f tokens/s), peak RSS %.0f MB\n", out, secs, float64(total)/secs, rss)
 	if jsonOut {
 		return printJSON(map[string]any{"out": out, "seconds": secs, "peak_rss_mb": rss, "summary": s})
 	}
 	return nil
-}
-
-// calibPeakRSSMB is the process's peak resident set in MB.
-func calibPeakRSSMB() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return float64(ru.Maxrss) / 1024 // Linux reports KiB
 }
