@@ -57,6 +57,12 @@ func LoadTokenizer(dir string) (*tokenizer.Tokenizer, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	return ParseTokenizer(data, path)
+}
+
+// ParseTokenizer parses the tokenizer.json bytes data (path names them in
+// errors) and returns it with its unknown token's id (-1: none).
+func ParseTokenizer(data []byte, path string) (*tokenizer.Tokenizer, int, error) {
 	tok, err := tokenizer.Parse(data)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", path, err)

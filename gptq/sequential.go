@@ -14,7 +14,6 @@ import (
 	"sparkconv/progress"
 	"sparkconv/quant"
 	"sparkconv/spark"
-	"sparkconv/tokenizer"
 )
 
 // Calibrator is the calibrated GPTQ of a conversion: a convert.Solver for
@@ -158,16 +157,16 @@ func (r *run) prepare() error {
 	if !ok {
 		return fmt.Errorf("calibration needs the model's tokenizer.json, which %s lacks (or --rtn for round to nearest)", r.j.Opt.Model)
 	}
-	tok, err := tokenizer.Parse(tokJSON)
+	tok, unk, err := calib.ParseTokenizer(tokJSON, filepath.Join(r.j.Opt.Model, "tokenizer.json"))
 	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(r.j.Opt.Model, "tokenizer.json"), err)
+		return err
 	}
 	all, _, err := calib.Tokenize(tok, texts, c.SeqLen, cfg.VocabSize)
 	if err != nil {
 		return err
 	}
 	r.chunks = selectChunks(all, c.Budget, c.SeqLen)
-	warn, err := calib.CheckTokens(r.chunks, calib.UnkID(tokJSON, tok), cfg.VocabSize)
+	warn, err := calib.CheckTokens(r.chunks, unk, cfg.VocabSize)
 	if err != nil {
 		return err
 	}
