@@ -81,17 +81,8 @@ func gemm[T float](m, n, k int, a, b operand[T], c []T, ldc int, alpha T, acc bo
 	// Split N into chunks of at most nc columns, at least two per worker
 	// when N allows (so a busy core does not stall the rest); split M only
 	// when N is too narrow, since every M chunk packs B again.
-	nr, workers := kern.nr, numWorkers(1<<30)
-	nPanels := (n + nr - 1) / nr
-	nw := min(kern.nc/nr, max(1, nPanels/(2*workers))) * nr
-	nTasks := (n + nw - 1) / nw
-	mTasks := 1
-	if nTasks < 2*workers {
-		mTasks = min((2*workers+nTasks-1)/nTasks, panels)
-	}
-	mh := (panels + mTasks - 1) / mTasks * mr
-	mTasks = (m + mh - 1) / mh
-	workers = numWorkers(mTasks * nTasks)
+	mh, nw, mTasks, nTasks := splitTasks(m, n, mr, kern.nr, kern.nc)
+	workers := numWorkers(mTasks * nTasks)
 	bufs := make([]*[]T, workers)
 	for w := range bufs {
 		bufs[w] = getBuf[T](bBufLen(kern, nw))

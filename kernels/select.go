@@ -22,6 +22,7 @@ const (
 	familyGeneric = iota
 	familyAVX2
 	familyAVX512
+	familyAVX512BF16
 )
 
 // families are the EnvKernels words, with the CPU flags each family needs.
@@ -30,9 +31,10 @@ var families = map[string]struct {
 	needs  []string
 }{
 	"auto": {familyAVX512, nil}, "": {familyAVX512, nil},
-	"avx512":  {familyAVX512, []string{"avx512f", "avx512dq", "avx2", "fma"}},
-	"avx2":    {familyAVX2, []string{"avx2", "fma"}},
-	"generic": {familyGeneric, nil},
+	"avx512":     {familyAVX512, []string{"avx512f", "avx512dq", "avx2", "fma"}},
+	"avx512bf16": {familyAVX512BF16, []string{"avx512f", "avx512dq", "avx512_bf16", "avx2", "fma"}},
+	"avx2":       {familyAVX2, []string{"avx2", "fma"}},
+	"generic":    {familyGeneric, nil},
 }
 
 // envFamily is the widest family EnvKernels allows; envErr is set when it
