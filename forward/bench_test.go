@@ -173,6 +173,49 @@ func BenchmarkLayerPrefill(b *testing.B) {
 	}
 }
 
+// BenchmarkCalibrationLayer is one full-size layer of GPTQ's calibration
+// forward over a 512-token chunk: float32 weights (the calibration's
+// dequantized codes) and the linears through the kernel family's
+// products (Options.FamilyLinears: bf16 dot products under
+// SPARKCONV_KERNELS=avx512bf16, float32 otherwise).
+func BenchmarkCalibrationLayer(b *testing.B) {
+	for _, lt := range []string{"sliding", "full"} {
+		s := fullLayer
+		s.full = lt == "full"
+		dir := b.TempDir()
+		writeSynthetic(b, dir, s)
+		b.Run(lt+"/"+kernels.Family(), func(b *testing.B) {
+			m, err := Open(dir, Options{FamilyLinears: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			const T = 512
+			x0, err := m.Embed(randomIDs(T, s.vocab))
+			if err != nil {
+				b.Fatal(err)
+			}
+			x := make([]float32, len(x0))
+			loadForm(b, m, "f32")
+			copy(x, x0) // one untimed pass: page faults, scratch buffers
+			if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				copy(x, x0)
+				if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu := cpuTime() - cpu0
+			report(b, T, LayerFLOPs(m.Cfg, 0, T), cpu)
+			b.ReportMetric(T*float64(b.N)/cpu.Seconds(), "tokens/CPU-s")
+		})
+	}
+}
+
 // BenchmarkPrefillSmall is a whole-model 256-token prefill (all logits) of
 // the fixtures "small" shape (8 layers, hidden 512, vocab 2048).
 func BenchmarkPrefillSmall(b *testing.B) {

@@ -199,7 +199,7 @@ func (r *run) prepare() error {
 	r.cal = &convert.Calibration{Method: "gptq", Sources: sources, SHA256: sum, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
 		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Kernels: kernels.Family(), Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{}}
-	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1}); err != nil {
+	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1, FamilyLinears: true}); err != nil {
 		return err
 	}
 	r.xs, r.hand = make([][]float32, len(r.chunks)), make([][]float32, len(r.chunks))

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -116,6 +117,41 @@ func TestLinearNTAssembly(t *testing.T) {
 					t.Fatalf("m=%d n=%d k=%d bf16 weights %v: c[%d] = %g, portable %g", s.m, s.n, s.k, wt.bits != nil, i, got[i], want[i])
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkLinearNTBF16Dot is the avx512bf16 family's linear product at
+// Spark's prefill shapes (T = 512), float32 weights (the calibration's
+// dequantized codes, rounded as they are packed) and bf16 weights.
+func BenchmarkLinearNTBF16Dot(b *testing.B) {
+	if !CPU().Has("avx512_bf16") {
+		b.Skip("skipped: this host has no AVX512-BF16")
+	}
+	saved := dotKern
+	defer func() { dotKern = saved }()
+	dotKern = dotKernAVX512
+	for _, s := range benchShapes {
+		for _, bf := range []bool{false, true} {
+			b.Run(fmt.Sprintf("m%d_n%d_k%d_bf16w=%v", s.m, s.n, s.k, bf), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 1))
+				x, w := randF32(r, s.m*s.k), randF32(r, s.n*s.k)
+				wt := dotWeight{f32: w, ld: s.k}
+				if bf {
+					bits := make([]uint16, len(w))
+					for i, v := range w {
+						bits[i] = RoundBF16(v)
+					}
+					wt = dotWeight{bits: bits, ld: s.k}
+				}
+				c := make([]float32, s.m*s.n)
+				gemmDotBF16(s.m, s.n, s.k, x, wt, c) // warm-up
+				cpu0 := processCPU()
+				for b.Loop() {
+					gemmDotBF16(s.m, s.n, s.k, x, wt, c)
+				}
+				reportGFLOPs(b, 2*float64(s.m)*float64(s.n)*float64(s.k), cpu0)
+			})
 		}
 	}
 }

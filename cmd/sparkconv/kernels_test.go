@@ -20,9 +20,9 @@ func TestKernelFamilyForced(t *testing.T) {
 	cases := []run1{
 		{"generic", 0, ""},
 		{"amx", 2, "SPARKCONV_KERNELS=amx: this build has no AMX kernel family"},
-		{"avx-512", 2, `SPARKCONV_KERNELS="avx-512": want auto, avx512, avx2 or generic`},
+		{"avx-512", 2, `SPARKCONV_KERNELS="avx-512": want auto, avx512bf16, avx512, avx2 or generic`},
 	}
-	for _, fam := range []struct{ name, flag string }{{"avx512", "avx512f"}, {"avx2", "avx2"}} {
+	for _, fam := range []struct{ name, flag string }{{"avx512bf16", "avx512_bf16"}, {"avx512", "avx512f"}, {"avx2", "avx2"}} {
 		if has(fam.flag) {
 			cases = append(cases, run1{fam.name, 0, ""})
 		} else {
