@@ -24,11 +24,13 @@ type Options struct {
 	// float32 at a time. 0 chooses 32 MiB worth of rows, or the whole head
 	// (kept) when every layer is cached and the head fits in 512 MiB.
 	HeadBlockRows int
-	// FamilyLinears runs the prefill's linear products (T > 1) through
-	// kernels.LinearNT and LinearNTBF16: at the precision of the kernel
-	// family, which for avx512bf16 rounds activations and weights to bf16
-	// (GPTQ's calibration forward sets it). Without it every product is
-	// float32, as verify's and eval's comparisons need.
+	// FamilyLinears runs the prefill's linear products (T > 1) at the
+	// precision of the kernel family (kernels.LinearNT: avx512bf16 rounds
+	// activations and weights to bf16), each weight packed for the kernels
+	// once and kept until Layer.DropPacked or the layer's eviction (GPTQ's
+	// calibration forward sets it, and drops a layer's packs whenever it
+	// rewrites its weights). Without it every product is float32, as
+	// verify's and eval's comparisons need, and nothing is kept.
 	FamilyLinears bool
 }
 
@@ -190,6 +192,9 @@ type Layer struct {
 	Act [8]Act
 
 	familyLinears bool // Options.FamilyLinears of the model that loaded it
+	// packed[k] is field k's weight packed for kernels.LinearNTPacked
+	// (with familyLinears), made on first use.
+	packed [8]*kernels.PackedNT
 
 	// bf16[k] is field k's weight as stored bf16 bits (a view of the
 	// mapped checkpoint, raw[k]) while its float32 field is empty.
@@ -207,8 +212,15 @@ func (l *Layer) fields() []*[]float32 {
 func (l *Layer) matMul(f int, c, a []float32, T, n, k int) {
 	b := l.bf16[f]
 	switch {
-	case l.familyLinears && b != nil:
-		kernels.LinearNTBF16(c, a, b, T, n, k)
+	case l.familyLinears && T > 1:
+		p := l.packed[f]
+		if p == nil && b != nil {
+			p = kernels.PackNTBF16(b, n, k)
+		} else if p == nil {
+			p = kernels.PackNT(*l.fields()[f], n, k)
+		}
+		l.packed[f] = p
+		kernels.LinearNTPacked(c, a, p, T)
 	case l.familyLinears:
 		kernels.LinearNT(c, a, *l.fields()[f], T, n, k)
 	case b != nil:
@@ -219,6 +231,10 @@ func (l *Layer) matMul(f int, c, a []float32, T, n, k int) {
 }
 
 var layerModules = []string{spark.InputNorm, spark.QKV, spark.GateProj, spark.OProj, spark.PostNorm, spark.MLPGate, spark.MLPUp, spark.MLPDown}
+
+// DropPacked forgets the layer's packed weights (Options.FamilyLinears):
+// a caller that rewrites a weight calls it before the next product.
+func (l *Layer) DropPacked() { l.packed = [8]*kernels.PackedNT{} }
 
 // layerCache keeps the most recently used layers, reusing an evicted
 // layer's buffers for the next one so streaming does not grow the heap.
@@ -237,6 +253,7 @@ func (m *Model) Layer(i int) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.DropPacked() // the caller may rewrite the weights
 	for f, p := range l.fields() {
 		b := l.bf16[f]
 		if b == nil {
@@ -306,6 +323,7 @@ func (m *Model) evict(l *Layer) {
 
 func (m *Model) loadLayer(l *Layer, i int) error {
 	l.Index, l.Sliding, l.familyLinears = i, m.Cfg.IsSliding(i), m.opt.FamilyLinears
+	l.DropPacked()
 	sizes := layerSizes(m.Cfg)
 	for k, f := range l.fields() {
 		name := spark.LayerWeight(i, layerModules[k])

@@ -426,6 +426,7 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 			res.Dequantize(r.grid, n, (*w)[n*t.K:(n+1)*t.K])
 		}
 	}
+	l.DropPacked() // the weights (and, smoothed, the norms') changed
 	return nil
 }
 

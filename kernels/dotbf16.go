@@ -77,6 +77,11 @@ type dotWeight struct {
 	f32  []float32
 	bits []uint16
 	ld   int
+	// packed holds W already packed by packB (see PackedNT): the block of
+	// reduction pairs from pc starts at packed[pc*npad*2], npad the
+	// columns rounded up to dotNR.
+	packed []uint16
+	npad   int
 }
 
 // at is the bf16 bits of W[j, p].
@@ -144,11 +149,16 @@ func dotCore(mb, nb, k int, pa []uint16, pstride int, w dotWeight, j0 int, c []f
 	var tmp [dotMR * dotNR]float32
 	for pc := 0; pc < kp; pc += dotKCP {
 		kb := min(dotKCP, kp-pc)
-		dotKern.packB(bbuf, w, k, pc, kb, j0, nb)
+		bb := bbuf
+		if w.packed != nil {
+			bb = w.packed[pc*w.npad*2+(j0/dotNR)*kb*dotNR*2:] // j0 is a multiple of dotNR
+		} else {
+			dotKern.packB(bbuf, w, k, pc, kb, j0, nb)
+		}
 		for ic := 0; ic < mb; ic += mc {
 			for jr := 0; jr < nb; jr += dotNR {
 				cb := min(dotNR, nb-jr)
-				bp := bbuf[(jr/dotNR)*kb*dotNR*2:]
+				bp := bb[(jr/dotNR)*kb*dotNR*2:]
 				for ir := ic; ir < min(ic+mc, mb); ir += dotMR {
 					rb := min(dotMR, mb-ir)
 					ap := pa[(ir/dotMR)*pstride+pc*dotMR*2:]

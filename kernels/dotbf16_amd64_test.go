@@ -155,3 +155,12 @@ func BenchmarkLinearNTBF16Dot(b *testing.B) {
 		}
 	}
 }
+
+// TestLinearNTPackedDot is TestLinearNTPacked in the avx512bf16 family.
+func TestLinearNTPackedDot(t *testing.T) {
+	needDotBF16(t)
+	saved, on := dotKern, bf16Linears
+	defer func() { dotKern, bf16Linears = saved, on }()
+	useDotBF16()
+	checkPacked(t, 17)
+}
