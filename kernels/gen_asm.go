@@ -165,9 +165,15 @@ func (a *asm) transpose16x16() {
 	a.I("SHLQ $2, AX")
 	a.I("SHLQ $2, BX")
 	a.loadRows(16, "VMOVUPS")
+	a.transposeStore("VMOVUPS", "K1")
+}
+
+// transposeStore transposes Z0..Z15 (transpose16), writes them as 16 rows
+// BX bytes apart from DI with op under mask register k, and returns.
+func (a *asm) transposeStore(op, k string) {
 	a.transpose16()
 	for r := range 16 {
-		a.I("VMOVUPS Z%d, K1, (DI)", r)
+		a.I("%s Z%d, %s, (DI)", op, r, k)
 		if r < 15 {
 			a.I("ADDQ BX, DI")
 		}
@@ -605,16 +611,7 @@ func (a *asm) roundTransBF16() {
 			a.I("ADDQ AX, SI")
 		}
 	}
-	a.transpose16()
-	for r := range 16 {
-		a.I("VMOVDQU32 Z%d, K2, (DI)", r)
-		if r < 15 {
-			a.I("ADDQ BX, DI")
-		}
-	}
-	a.I("VZEROUPPER")
-	a.I("RET")
-	a.L("")
+	a.transposeStore("VMOVDQU32", "K2")
 }
 
 func writeFile(name string, b []byte) {
