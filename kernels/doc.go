@@ -26,6 +26,8 @@
 // operands are rounded to bf16 and multiplied by an AVX512-BF16 VDPBF16PS
 // 14x32 micro-kernel (the instruction encoded as bytes by gen_asm.go) with
 // fp32 sums, in an order dotbf16.go emulates bit for bit in Go; in every
-// other family they are MatMulNT and MatMulNTBF16. There is no AMX kernel:
-// none could be tested.
+// other family they are MatMulNT and MatMulNTBF16. PackNT and PackNTBF16
+// pack a weight once for them (LinearNTPacked: the same bits, without
+// transposing the weight again for every block of activations). There is
+// no AMX kernel: none could be tested.
 package kernels
