@@ -28,8 +28,9 @@ type Options struct {
 	// precision of the kernel family (kernels.LinearNT: avx512bf16 rounds
 	// activations and weights to bf16), each weight packed for the kernels
 	// once and kept until Layer.DropPacked or the layer's eviction (GPTQ's
-	// calibration forward sets it, and drops a layer's packs whenever it
-	// rewrites its weights). Without it every product is float32, as
+	// calibration forward sets it, and drops a layer's packs after each
+	// pass over its chunks, before it rewrites weights). Without it every
+	// product is float32, as
 	// verify's and eval's comparisons need, and nothing is kept.
 	FamilyLinears bool
 }

@@ -307,6 +307,9 @@ func (r *run) layers() error {
 			if err := r.pass(i, st.input, st.run, h); err != nil {
 				return err
 			}
+			// The packed weights serve one pass: the solve that follows
+			// rewrites weights, and its factor is the peak of memory.
+			l.DropPacked()
 			if h != nil {
 				r.mark("pass " + st.input.String())
 				if err := r.solveInput(i, l, st.input); err != nil {
@@ -426,7 +429,6 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 			res.Dequantize(r.grid, n, (*w)[n*t.K:(n+1)*t.K])
 		}
 	}
-	l.DropPacked() // the weights (and, smoothed, the norms') changed
 	return nil
 }
 
