@@ -136,16 +136,24 @@ func loadForm(b *testing.B, m *Model, form string) {
 // bf16 (in place) and as float32 copies. scripts/torch-layer-anchor.py
 // runs the same layer in PyTorch.
 func BenchmarkLayerPrefill(b *testing.B) {
+	fullLayers(b, func(lt, dir string, vocab int) {
+		for _, form := range weightForms {
+			b.Run(lt+"/"+form, func(b *testing.B) {
+				benchLayer(b, dir, vocab, form, Options{})
+			})
+		}
+	})
+}
+
+// fullLayers writes a one-layer full-size model of each layer type
+// (sliding, full) and calls f with its folder.
+func fullLayers(b *testing.B, f func(lt, dir string, vocab int)) {
 	for _, lt := range []string{"sliding", "full"} {
 		s := fullLayer
 		s.full = lt == "full"
 		dir := b.TempDir()
 		writeSynthetic(b, dir, s)
-		for _, form := range weightForms {
-			b.Run(lt+"/"+form, func(b *testing.B) {
-				benchLayer(b, dir, s.vocab, form, Options{})
-			})
-		}
+		f(lt, dir, s.vocab)
 	}
 }
 
@@ -187,16 +195,12 @@ func benchLayer(b *testing.B, dir string, vocab int, form string, opt Options) t
 // products (Options.FamilyLinears: bf16 dot products under
 // SPARKCONV_KERNELS=avx512bf16, float32 otherwise).
 func BenchmarkCalibrationLayer(b *testing.B) {
-	for _, lt := range []string{"sliding", "full"} {
-		s := fullLayer
-		s.full = lt == "full"
-		dir := b.TempDir()
-		writeSynthetic(b, dir, s)
+	fullLayers(b, func(lt, dir string, vocab int) {
 		b.Run(lt+"/"+kernels.Family(), func(b *testing.B) {
-			cpu := benchLayer(b, dir, s.vocab, "f32", Options{FamilyLinears: true})
+			cpu := benchLayer(b, dir, vocab, "f32", Options{FamilyLinears: true})
 			b.ReportMetric(512*float64(b.N)/cpu.Seconds(), "tokens/CPU-s")
 		})
-	}
+	})
 }
 
 // BenchmarkPrefillSmall is a whole-model 256-token prefill (all logits) of
