@@ -16,18 +16,21 @@ vet:
 # In CI (CI=true, as .ci/run runs it) or with INTEROP=1, make test also runs
 # the interop suite, which installs its Python environment first.
 # The packages whose results depend on the kernel family run once more
-# under each forced family narrower than the native one (which ran in
-# ./...): generic everywhere, avx2 on an AVX-512 CPU.
+# under each forced family other than the native one (which ran in
+# ./...): generic everywhere, avx2 on an AVX-512 CPU, and avx512bf16 (with
+# GPTQ, whose calibration forward it changes) on a CPU with avx512_bf16.
 FAMILY_PKGS := ./kernels ./forward ./eval ./verify ./onnxeval ./rotate
 CPU_FLAGS   := avx2|fma|avx512f|avx512dq|avx512bw|avx512_bf16|amx_tile|amx_bf16|amx_int8
 
 test: vet ort
 	@echo "make test: CPU$$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); flags: $$(grep -m1 -o -w -E '$(CPU_FLAGS)' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 	$(GO) test -count=1 -timeout 20m ./...
-	for f in generic avx2; do \
+	for f in generic avx2 avx512bf16; do \
+	  pkgs="$(FAMILY_PKGS)"; \
 	  if [ $$f = avx2 ] && ! grep -q -w avx512f /proc/cpuinfo; then continue; fi; \
+	  if [ $$f = avx512bf16 ]; then grep -q -w avx512_bf16 /proc/cpuinfo || continue; pkgs="./kernels ./forward ./gptq"; fi; \
 	  echo "make test: SPARKCONV_KERNELS=$$f"; \
-	  SPARKCONV_KERNELS=$$f $(GO) test -count=1 -timeout 20m $(FAMILY_PKGS) || exit 1; \
+	  SPARKCONV_KERNELS=$$f $(GO) test -count=1 -timeout 20m $$pkgs || exit 1; \
 	done
 ifneq ($(filter true 1,$(CI) $(INTEROP)),)
 	$(MAKE) interop

@@ -136,41 +136,71 @@ func loadForm(b *testing.B, m *Model, form string) {
 // bf16 (in place) and as float32 copies. scripts/torch-layer-anchor.py
 // runs the same layer in PyTorch.
 func BenchmarkLayerPrefill(b *testing.B) {
+	fullLayers(b, func(lt, dir string, vocab int) {
+		for _, form := range weightForms {
+			b.Run(lt+"/"+form, func(b *testing.B) {
+				benchLayer(b, dir, vocab, form, Options{})
+			})
+		}
+	})
+}
+
+// fullLayers writes a one-layer full-size model of each layer type
+// (sliding, full) and calls f with its folder.
+func fullLayers(b *testing.B, f func(lt, dir string, vocab int)) {
 	for _, lt := range []string{"sliding", "full"} {
 		s := fullLayer
 		s.full = lt == "full"
 		dir := b.TempDir()
 		writeSynthetic(b, dir, s)
-		for _, form := range weightForms {
-			b.Run(lt+"/"+form, func(b *testing.B) {
-				m, err := Open(dir, Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer m.Close()
-				const T = 512
-				x0, err := m.Embed(randomIDs(T, s.vocab))
-				if err != nil {
-					b.Fatal(err)
-				}
-				x := make([]float32, len(x0))
-				loadForm(b, m, form)
-				copy(x, x0) // one untimed pass: page faults, scratch buffers
-				if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				for b.Loop() {
-					copy(x, x0)
-					if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
-						b.Fatal(err)
-					}
-				}
-				report(b, T, LayerFLOPs(m.Cfg, 0, T), cpuTime()-cpu0)
-			})
+		f(lt, dir, s.vocab)
+	}
+}
+
+// benchLayer times layer 0 of the model in dir (weights in the given
+// form) over a 512-token prefill; it returns the CPU time of the loop.
+func benchLayer(b *testing.B, dir string, vocab int, form string, opt Options) time.Duration {
+	m, err := Open(dir, opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	const T = 512
+	x0, err := m.Embed(randomIDs(T, vocab))
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := make([]float32, len(x0))
+	loadForm(b, m, form)
+	copy(x, x0) // one untimed pass: page faults, scratch buffers
+	if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		copy(x, x0)
+		if _, _, err := m.ForwardLayer(0, x, T, nil); err != nil {
+			b.Fatal(err)
 		}
 	}
+	cpu := cpuTime() - cpu0
+	report(b, T, LayerFLOPs(m.Cfg, 0, T), cpu)
+	return cpu
+}
+
+// BenchmarkCalibrationLayer is one full-size layer of GPTQ's calibration
+// forward over a 512-token chunk: float32 weights (the calibration's
+// dequantized codes) and the linears through the kernel family's
+// products (Options.FamilyLinears: bf16 dot products under
+// SPARKCONV_KERNELS=avx512bf16, float32 otherwise).
+func BenchmarkCalibrationLayer(b *testing.B) {
+	fullLayers(b, func(lt, dir string, vocab int) {
+		b.Run(lt+"/"+kernels.Family(), func(b *testing.B) {
+			cpu := benchLayer(b, dir, vocab, "f32", Options{FamilyLinears: true})
+			b.ReportMetric(512*float64(b.N)/cpu.Seconds(), "tokens/CPU-s")
+		})
+	})
 }
 
 // BenchmarkPrefillSmall is a whole-model 256-token prefill (all logits) of

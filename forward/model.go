@@ -24,6 +24,15 @@ type Options struct {
 	// float32 at a time. 0 chooses 32 MiB worth of rows, or the whole head
 	// (kept) when every layer is cached and the head fits in 512 MiB.
 	HeadBlockRows int
+	// FamilyLinears runs the prefill's linear products (T > 1) at the
+	// precision of the kernel family (kernels.LinearNT: avx512bf16 rounds
+	// activations and weights to bf16), each weight packed for the kernels
+	// once and kept until Layer.DropPacked or the layer's eviction (GPTQ's
+	// calibration forward sets it, and drops a layer's packs after each
+	// pass over its chunks, before it rewrites weights). Without it every
+	// product is float32, as
+	// verify's and eval's comparisons need, and nothing is kept.
+	FamilyLinears bool
 }
 
 // residentBudget is the float32 size under which every layer stays cached.
@@ -46,6 +55,7 @@ type Model struct {
 	headAct   Act // input rule of a quantized head
 	ropeCache map[ropeKey]*ropeTable
 	bufs      map[string][]float32 // work buffers, see scratch
+	opt       Options
 }
 
 // Open opens the original checkpoint folder dir (spark.Open, which
@@ -73,7 +83,7 @@ func New(sm *spark.Model, opt Options) (*Model, error) {
 // head, which is dequantized once and kept.
 func NewWeights(w Weights, opt Options) (*Model, error) {
 	c := w.Config()
-	m := &Model{W: w, Cfg: c, ropeCache: map[ropeKey]*ropeTable{}, bufs: map[string][]float32{}}
+	m := &Model{W: w, Cfg: c, ropeCache: map[ropeKey]*ropeTable{}, bufs: map[string][]float32{}, opt: opt}
 	m.norm = make([]float32, c.HiddenSize)
 	if _, err := widenTensor(w, spark.NormName, m.norm, false); err != nil {
 		return nil, err
@@ -182,6 +192,11 @@ type Layer struct {
 	// zero Act (float32) unless the format quantized it.
 	Act [8]Act
 
+	familyLinears bool // Options.FamilyLinears of the model that loaded it
+	// packed[k] is field k's weight packed for kernels.LinearNTPacked
+	// (with familyLinears), made on first use.
+	packed [8]*kernels.PackedNT
+
 	// bf16[k] is field k's weight as stored bf16 bits (a view of the
 	// mapped checkpoint, raw[k]) while its float32 field is empty.
 	bf16 [8][]uint16
@@ -193,16 +208,34 @@ func (l *Layer) fields() []*[]float32 {
 }
 
 // matMul computes c[T, n] = a[T, k] @ W^T for the linear of field f, from
-// its bf16 view or its float32 weights (the same values, the same sums).
+// its bf16 view or its float32 weights (the same values, the same sums),
+// through the family's linear products when the model asked for them.
 func (l *Layer) matMul(f int, c, a []float32, T, n, k int) {
-	if b := l.bf16[f]; b != nil {
+	b := l.bf16[f]
+	switch {
+	case l.familyLinears && T > 1:
+		p := l.packed[f]
+		if p == nil && b != nil {
+			p = kernels.PackNTBF16(b, n, k)
+		} else if p == nil {
+			p = kernels.PackNT(*l.fields()[f], n, k)
+		}
+		l.packed[f] = p
+		kernels.LinearNTPacked(c, a, p, T)
+	case l.familyLinears:
+		kernels.LinearNT(c, a, *l.fields()[f], T, n, k)
+	case b != nil:
 		kernels.MatMulNTBF16(c, a, b, T, n, k)
-		return
+	default:
+		kernels.MatMulNT(c, a, *l.fields()[f], T, n, k)
 	}
-	kernels.MatMulNT(c, a, *l.fields()[f], T, n, k)
 }
 
 var layerModules = []string{spark.InputNorm, spark.QKV, spark.GateProj, spark.OProj, spark.PostNorm, spark.MLPGate, spark.MLPUp, spark.MLPDown}
+
+// DropPacked forgets the layer's packed weights (Options.FamilyLinears):
+// a caller that rewrites a weight calls it before the next product.
+func (l *Layer) DropPacked() { l.packed = [8]*kernels.PackedNT{} }
 
 // layerCache keeps the most recently used layers, reusing an evicted
 // layer's buffers for the next one so streaming does not grow the heap.
@@ -221,6 +254,7 @@ func (m *Model) Layer(i int) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
+	l.DropPacked() // the caller may rewrite the weights
 	for f, p := range l.fields() {
 		b := l.bf16[f]
 		if b == nil {
@@ -289,7 +323,8 @@ func (m *Model) evict(l *Layer) {
 }
 
 func (m *Model) loadLayer(l *Layer, i int) error {
-	l.Index, l.Sliding = i, m.Cfg.IsSliding(i)
+	l.Index, l.Sliding, l.familyLinears = i, m.Cfg.IsSliding(i), m.opt.FamilyLinears
+	l.DropPacked()
 	sizes := layerSizes(m.Cfg)
 	for k, f := range l.fields() {
 		name := spark.LayerWeight(i, layerModules[k])

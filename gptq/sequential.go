@@ -185,7 +185,7 @@ func (r *run) prepare() error {
 	r.cal = &convert.Calibration{Method: "gptq", Sources: sources, SHA256: sum, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
 		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Kernels: kernels.Family(), Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{}}
-	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1}); err != nil {
+	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1, FamilyLinears: true}); err != nil {
 		return err
 	}
 	r.xs, r.hand = make([][]float32, len(r.chunks)), make([][]float32, len(r.chunks))
@@ -293,6 +293,9 @@ func (r *run) layers() error {
 			if err := r.pass(i, st.input, st.run, h); err != nil {
 				return err
 			}
+			// The packed weights serve one pass: the solve that follows
+			// rewrites weights, and its factor is the peak of memory.
+			l.DropPacked()
 			if h != nil {
 				r.mark("pass " + st.input.String())
 				if err := r.solveInput(i, l, st.input); err != nil {

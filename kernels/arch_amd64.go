@@ -73,6 +73,10 @@ func init() {
 		dgemmAll = append(dgemmAll, avx512Dgemm)
 		sgemmKern, dgemmKern = avx512Sgemm, avx512Dgemm
 	}
+	// parseFamily refused avx512bf16 on a CPU without the unit.
+	if envFamily == familyAVX512BF16 && envErr == nil {
+		useDotBF16()
+	}
 }
 
 //go:noescape

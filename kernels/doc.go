@@ -18,6 +18,16 @@
 // in the tests of the fallbacks, a portable pure-Go 2x4 kernel is used. Work
 // is spread over GOMAXPROCS goroutines. CPU is the package's own feature
 // probe (CPUID and XCR0, the AMX tile permission request) and Selection the
-// table of which kernel runs each product here and why (AVX512-BF16 and AMX
-// kernels are absent: none could be tested).
+// table of which kernel runs each product here and why.
+//
+// LinearNT and LinearNTBF16 are the products of a linear layer for a caller
+// that accepts the kernel family's precision (GPTQ's calibration forward):
+// in the avx512bf16 family (forced only, SPARKCONV_KERNELS=avx512bf16) both
+// operands are rounded to bf16 and multiplied by an AVX512-BF16 VDPBF16PS
+// 14x32 micro-kernel (the instruction encoded as bytes by gen_asm.go) with
+// fp32 sums, in an order dotbf16.go emulates bit for bit in Go; in every
+// other family they are MatMulNT and MatMulNTBF16. PackNT and PackNTBF16
+// pack a weight once for them (LinearNTPacked: the same bits, without
+// transposing the weight again for every block of activations). There is
+// no AMX kernel: none could be tested.
 package kernels

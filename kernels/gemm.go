@@ -32,6 +32,12 @@ type microKernel[T float] struct {
 	// Optional faster packers (same contract as packA / packB).
 	packA func(dst []T, a operand[T], i0, rows, k, mr int, alpha T)
 	packB func(dst []T, b operand[T], p0, kb, j0, cols, nr int)
+	// packed, when set, is the right operand B already packed by packB
+	// (see PackedNT): the reduction block from pc starts at
+	// packed[pc*npad], its panels kb*nr apart; the driver's B operand is
+	// then unused.
+	packed []T
+	npad   int
 }
 
 func (kern *microKernel[T]) packA2(dst []T, a operand[T], i0, rows, k int, alpha T) {
@@ -81,17 +87,8 @@ func gemm[T float](m, n, k int, a, b operand[T], c []T, ldc int, alpha T, acc bo
 	// Split N into chunks of at most nc columns, at least two per worker
 	// when N allows (so a busy core does not stall the rest); split M only
 	// when N is too narrow, since every M chunk packs B again.
-	nr, workers := kern.nr, numWorkers(1<<30)
-	nPanels := (n + nr - 1) / nr
-	nw := min(kern.nc/nr, max(1, nPanels/(2*workers))) * nr
-	nTasks := (n + nw - 1) / nw
-	mTasks := 1
-	if nTasks < 2*workers {
-		mTasks = min((2*workers+nTasks-1)/nTasks, panels)
-	}
-	mh := (panels + mTasks - 1) / mTasks * mr
-	mTasks = (m + mh - 1) / mh
-	workers = numWorkers(mTasks * nTasks)
+	mh, nw, mTasks, nTasks := splitTasks(m, n, mr, kern.nr, kern.nc)
+	workers := numWorkers(mTasks * nTasks)
 	bufs := make([]*[]T, workers)
 	for w := range bufs {
 		bufs[w] = getBuf[T](bBufLen(kern, nw))
@@ -124,12 +121,17 @@ func gemmCore[T float](m, n, k int, pa []T, pstride int, b operand[T], j0 int, c
 	var tmp [16 * 64]T
 	for pc := 0; pc < k; pc += kern.kc {
 		kb := min(kern.kc, k-pc)
-		kern.packB2(bbuf, b, pc, kb, j0, n)
+		bb := bbuf
+		if kern.packed != nil {
+			bb = kern.packed[pc*kern.npad+(j0/nr)*kb*nr:] // j0 is a multiple of nr
+		} else {
+			kern.packB2(bbuf, b, pc, kb, j0, n)
+		}
 		for ic := 0; ic < m; ic += kern.mc {
 			iEnd := min(ic+kern.mc, m)
 			for jr := 0; jr < n; jr += nr {
 				nb := min(nr, n-jr)
-				bp := bbuf[(jr/nr)*kb*nr:]
+				bp := bb[(jr/nr)*kb*nr:]
 				for ir := ic; ir < iEnd; ir += mr {
 					rb := min(mr, m-ir)
 					kern.tile(kb, pa[(ir/mr)*pstride+pc*mr:], bp, c[ir*ldc+jr:], ldc, rb, nb, &tmp)

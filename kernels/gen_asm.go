@@ -165,9 +165,15 @@ func (a *asm) transpose16x16() {
 	a.I("SHLQ $2, AX")
 	a.I("SHLQ $2, BX")
 	a.loadRows(16, "VMOVUPS")
+	a.transposeStore("VMOVUPS", "K1")
+}
+
+// transposeStore transposes Z0..Z15 (transpose16), writes them as 16 rows
+// BX bytes apart from DI with op under mask register k, and returns.
+func (a *asm) transposeStore(op, k string) {
 	a.transpose16()
 	for r := range 16 {
-		a.I("VMOVUPS Z%d, K1, (DI)", r)
+		a.I("%s Z%d, %s, (DI)", op, r, k)
 		if r < 15 {
 			a.I("ADDQ BX, DI")
 		}
@@ -483,6 +489,131 @@ func (a *asm) dot4AVX2(name string, bf16 bool) {
 	a.L("")
 }
 
+// evexRR encodes the register form of an EVEX.512 instruction of opcode
+// map 0F38 (pp: 1 = 66, 2 = F3, 3 = F2; W0) that Go's assembler lacks:
+// dst in ModRM.reg, src1 in EVEX.vvvv, src2 in ModRM.rm, all zmm 0-31.
+func evexRR(pp, opc byte, dst, src1, src2 int) string {
+	inv := func(b int) byte { return byte(^b & 1) }
+	p0 := inv(dst>>3)<<7 | inv(src2>>4)<<6 | inv(src2>>3)<<5 | inv(dst>>4)<<4 | 2
+	p1 := byte(^src1&15)<<3 | 1<<2 | pp
+	p2 := 2<<5 | inv(src1>>4)<<3
+	modrm := 3<<6 | byte(dst&7)<<3 | byte(src2&7)
+	return fmt.Sprintf("BYTE $0x62; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x%02X", p0, p1, p2, opc, modrm)
+}
+
+// vdpbf16ps is VDPBF16PS zmm(src2), zmm(src1), zmm(dst) in Go's operand
+// order: dst.fp32[i] += src1.bf16[2i+1]*src2.bf16[2i+1], then
+// += src1.bf16[2i]*src2.bf16[2i] (EVEX.512.F3.0F38.W0 52 /r).
+func vdpbf16ps(src2, src1, dst int) string {
+	return evexRR(2, 0x52, dst, src1, src2) + fmt.Sprintf(" // VDPBF16PS Z%d, Z%d, Z%d", src2, src1, dst)
+}
+
+// dotBF16Kernel writes the AVX512-BF16 micro-kernel: C[14 x 32] += A * B
+// over kp pairs of the reduction, A packed as 14 dwords a pair (each two
+// bf16 of one row), B as 32 dwords a pair (two bf16 of one column); one
+// VDPBF16PS per 16 columns and row a pair, fp32 accumulation.
+func (a *asm) dotBF16Kernel() {
+	const mr, name = 14, "dotBF16AVX512x14x32"
+	a.L("// func %s(kp int, a, b *uint16, c *float32, ldc int)", name)
+	a.L("// C[14 x 32] += A (kp pairs x 14 rows packed) * B (kp pairs x 32 columns")
+	a.L("// packed), each pair two bf16 in one dword; ldc in elements.")
+	a.L("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	a.I("MOVQ kp+0(FP), CX")
+	a.I("MOVQ a+8(FP), SI")
+	a.I("MOVQ b+16(FP), DX")
+	a.I("MOVQ c+24(FP), DI")
+	a.I("MOVQ ldc+32(FP), R8")
+	a.I("SHLQ $2, R8")
+	a.I("MOVQ DI, R9")
+	for r := range mr {
+		a.I("PREFETCHT0 (R9)")
+		a.I("PREFETCHT0 64(R9)")
+		if r+1 < mr {
+			a.I("ADDQ R8, R9")
+		}
+	}
+	for i := range 2 * mr {
+		a.I("VPXORD Z%d, Z%d, Z%d", i, i, i)
+	}
+	a.I("TESTQ CX, CX")
+	a.I("JZ %s_store", name)
+	a.L("%s_loop:", name)
+	a.I("VMOVUPS (DX), Z28")
+	a.I("VMOVUPS 64(DX), Z29")
+	for r := range mr {
+		br := 30 + r%2
+		a.I("VPBROADCASTD %d(SI), Z%d", 4*r, br)
+		a.I("%s", vdpbf16ps(28, br, 2*r))
+		a.I("%s", vdpbf16ps(29, br, 2*r+1))
+	}
+	a.I("ADDQ $%d, SI", 4*mr)
+	a.I("ADDQ $128, DX")
+	a.I("DECQ CX")
+	a.I("JNZ %s_loop", name)
+	a.L("%s_store:", name)
+	for r := range mr {
+		for v := range 2 {
+			a.I("VADDPS %d(DI), Z%d, Z%d", 64*v, 2*r+v, 2*r+v)
+			a.I("VMOVUPS Z%d, %d(DI)", 2*r+v, 64*v)
+		}
+		if r+1 < mr {
+			a.I("ADDQ R8, DI")
+		}
+	}
+	a.I("VZEROUPPER")
+	a.I("RET")
+	a.L("")
+}
+
+// roundBF16 rounds the 16 float32 of Z(x) to bf16 in place (the low 16
+// bits of each dword; the rest zero): round to nearest even, a NaN kept a
+// quiet NaN. Z(t) and Z(u) are scratch; Z26..Z30 hold the constants
+// roundTransBF16 loads.
+func (a *asm) roundBF16(x, t, u int) {
+	a.I("VPSRLD $16, Z%d, Z%d", x, t)
+	a.I("VPANDD Z26, Z%d, Z%d", t, t)
+	a.I("VPADDD Z27, Z%d, Z%d", t, t)
+	a.I("VPADDD Z%d, Z%d, Z%d", x, t, t)
+	a.I("VPANDD Z28, Z%d, Z%d", x, u)
+	a.I("VPCMPUD $6, Z29, Z%d, K1", u)
+	a.I("VPORD Z30, Z%d, K1, Z%d", x, t)
+	a.I("VPSRLD $16, Z%d, Z%d", t, x)
+}
+
+// roundTransBF16 writes the packer of the bf16 dot kernel's operands:
+// 16 rows of 32 float32 rounded to bf16 pairs and transposed as dwords.
+func (a *asm) roundTransBF16() {
+	a.L("// func roundTransBF16AVX512(src *float32, lds int, dst *uint32, ldd int, mask uint16)")
+	a.L("// For r < 16 and i < 16, with w[r][i] = bf16(src[r*lds+2i]) | bf16(src[r*lds+2i+1])<<16")
+	a.L("// (round to nearest even, NaN quieted), writes dst[i*ldd+r] = w[r][i] for")
+	a.L("// the rows r whose bit is set in mask. Strides in elements.")
+	a.L("TEXT ·roundTransBF16AVX512(SB), NOSPLIT, $0-34")
+	a.I("MOVQ src+0(FP), SI")
+	a.I("MOVQ lds+8(FP), AX")
+	a.I("MOVQ dst+16(FP), DI")
+	a.I("MOVQ ldd+24(FP), BX")
+	a.I("KMOVW mask+32(FP), K2")
+	a.I("SHLQ $2, AX")
+	a.I("SHLQ $2, BX")
+	for i, c := range []string{"$1", "$0x7FFF", "$0x7FFFFFFF", "$0x7F800000", "$0x00400000"} {
+		a.I("MOVL %s, CX", c)
+		a.I("VPBROADCASTD CX, Z%d", 26+i)
+	}
+	for r := range 16 {
+		a.I("VMOVDQU32 (SI), Z16")
+		a.I("VMOVDQU32 64(SI), Z17")
+		a.roundBF16(16, 18, 19)
+		a.roundBF16(17, 20, 21)
+		a.I("VPMOVDW Z16, Y16")
+		a.I("VPMOVDW Z17, Y17")
+		a.I("VINSERTI64X4 $1, Y17, Z16, Z%d", r)
+		if r < 15 {
+			a.I("ADDQ AX, SI")
+		}
+	}
+	a.transposeStore("VMOVDQU32", "K2")
+}
+
 func writeFile(name string, b []byte) {
 	if err := os.WriteFile(name, b, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -522,4 +653,12 @@ func main() {
 	v.dot4AVX2("dot4AVX2", false)
 	v.dot4AVX2("dot4BF16AVX2", true)
 	writeFile("avx2_amd64.s", v.Bytes())
+
+	var d asm
+	d.L("// Code generated by gen_asm.go; DO NOT EDIT.\n\n//go:build amd64\n\n#include \"textflag.h\"\n")
+	d.L("// AVX512-BF16: the bf16 dot-product GEMM micro-kernel (VDPBF16PS, which")
+	d.L("// Go's assembler lacks, encoded as bytes) and its rounding packer.\n")
+	d.dotBF16Kernel()
+	d.roundTransBF16()
+	writeFile("dotbf16_amd64.s", d.Bytes())
 }

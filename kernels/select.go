@@ -22,6 +22,7 @@ const (
 	familyGeneric = iota
 	familyAVX2
 	familyAVX512
+	familyAVX512BF16
 )
 
 // families are the EnvKernels words, with the CPU flags each family needs.
@@ -30,9 +31,10 @@ var families = map[string]struct {
 	needs  []string
 }{
 	"auto": {familyAVX512, nil}, "": {familyAVX512, nil},
-	"avx512":  {familyAVX512, []string{"avx512f", "avx512dq", "avx2", "fma"}},
-	"avx2":    {familyAVX2, []string{"avx2", "fma"}},
-	"generic": {familyGeneric, nil},
+	"avx512":     {familyAVX512, []string{"avx512f", "avx512dq", "avx2", "fma"}},
+	"avx512bf16": {familyAVX512BF16, []string{"avx512_bf16", "avx512f", "avx512dq", "avx2", "fma"}},
+	"avx2":       {familyAVX2, []string{"avx2", "fma"}},
+	"generic":    {familyGeneric, nil},
 }
 
 // envFamily is the widest family EnvKernels allows; envErr is set when it
@@ -47,9 +49,9 @@ func parseFamily(v string, has func(flag string) bool) (int, error) {
 	f, ok := families[v]
 	switch {
 	case v == "amx":
-		return familyAVX512, fmt.Errorf("%s=amx: this build has no AMX kernel family (it has avx512, avx2 and generic)", EnvKernels)
+		return familyAVX512, fmt.Errorf("%s=amx: this build has no AMX kernel family (it has avx512bf16, avx512, avx2 and generic)", EnvKernels)
 	case !ok:
-		return familyAVX512, fmt.Errorf("%s=%q: want auto, avx512, avx2 or generic", EnvKernels, v)
+		return familyAVX512, fmt.Errorf("%s=%q: want auto, avx512bf16, avx512, avx2 or generic", EnvKernels, v)
 	}
 	var missing []string
 	for _, flag := range f.needs {
@@ -66,10 +68,13 @@ func parseFamily(v string, has func(flag string) bool) (int, error) {
 // EnvError reports an EnvKernels value that names no kernel family.
 func EnvError() error { return envErr }
 
-// Family names the kernel family this process runs: "avx512", "avx2" or
-// "generic". Outputs computed through the reference forward are
+// Family names the kernel family this process runs: "avx512bf16",
+// "avx512", "avx2" or "generic". Outputs computed through the reference forward are
 // byte-identical per family, so they record it.
 func Family() string {
+	if bf16Linears {
+		return "avx512bf16"
+	}
 	switch sgemmKern.name {
 	case "avx512-14x32":
 		return "avx512"
@@ -129,9 +134,19 @@ func Selection() []Choice {
 		{"gemm, float32 activations x bf16 weights (prefill linears, head)", names[1], why + "; weights stay bf16, widened exactly in the B panel"},
 		{"matvec, float32 weights (decode)", names[2], why},
 		{"matvec, bf16 weights (decode)", names[3], why + "; half the bytes of float32 weights"},
-		{"bf16 x bf16 dot products (AVX512-BF16 VDPBF16PS)", "absent",
-			has("avx512_bf16") + "; no kernel in this build: it would round activations to bf16, which the float32 forward's results forbid"},
+		dotRow(has("avx512_bf16")),
 		{"bf16 tile gemm (AMX-BF16)", "absent",
 			has("amx_bf16") + ", tile permission " + f.AMX + "; no kernel in this build: no AMX machine was available to test one"},
 	}
+}
+
+// dotRow is the Selection row of the avx512bf16 family's linear products.
+func dotRow(has string) Choice {
+	op := "linears of GPTQ's calibration forward, bf16 x bf16 dot products (AVX512-BF16 VDPBF16PS)"
+	if bf16Linears {
+		return Choice{op, "avx512bf16-14x32 (VDPBF16PS) + avx512 rounding packers",
+			has + "; " + EnvKernels + "=avx512bf16: activations and weights rounded to bf16, fp32 sums"}
+	}
+	return Choice{op, "float32 (the gemm rows above)", has + "; only with " + EnvKernels +
+		"=avx512bf16 (auto keeps float32: the bf16 rounding moves calibrated outputs, and the float32 forward is what verify checks)"}
 }

@@ -26,7 +26,9 @@ func TestParseFamily(t *testing.T) {
 		{"avx512", avx2, familyAVX512, "SPARKCONV_KERNELS=avx512: this CPU lacks avx512f, avx512dq"},
 		{"avx2", none, familyAVX512, "SPARKCONV_KERNELS=avx2: this CPU lacks avx2, fma"},
 		{"amx", avx512, familyAVX512, "SPARKCONV_KERNELS=amx: this build has no AMX kernel family"},
-		{"AVX2", avx512, familyAVX512, `SPARKCONV_KERNELS="AVX2": want auto, avx512, avx2 or generic`},
+		{"AVX2", avx512, familyAVX512, `SPARKCONV_KERNELS="AVX2": want auto, avx512bf16, avx512, avx2 or generic`},
+		{"avx512bf16", avx512, familyAVX512BF16, ""},
+		{"avx512bf16", func(f string) bool { return f != "avx512_bf16" }, familyAVX512, "SPARKCONV_KERNELS=avx512bf16: this CPU lacks avx512_bf16"},
 	} {
 		got, err := parseFamily(c.in, c.has)
 		msg := ""
@@ -46,7 +48,7 @@ func TestEnvKernelsPins(t *testing.T) {
 		if Active() != v {
 			t.Fatalf("%s=%q: active kernel %s, want %s", EnvKernels, os.Getenv(EnvKernels), Active(), v)
 		}
-		if fam := os.Getenv(EnvKernels); Family() != fam {
+		if fam := os.Getenv(EnvKernels); Family() != fam || bf16Linears != (fam == "avx512bf16") {
 			t.Fatalf("%s=%s: Family() = %s", EnvKernels, fam, Family())
 		}
 		return
@@ -57,6 +59,9 @@ func TestEnvKernelsPins(t *testing.T) {
 	}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ {
 		want["avx512"] = "avx512-14x32"
+		if cpu.X86.HasAVX512BF16 {
+			want["avx512bf16"] = "avx512-14x32" // its float32 products are avx512's
+		}
 	}
 	for fam, kern := range want {
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestEnvKernelsPins$")
@@ -76,10 +81,11 @@ func TestSelection(t *testing.T) {
 	if !strings.HasPrefix(rows[0].Kernel, Active()) {
 		t.Errorf("gemm row %q, active kernel %s", rows[0].Kernel, Active())
 	}
-	for _, r := range rows[4:] {
-		if r.Kernel != "absent" {
-			t.Errorf("%s: %q: this build has no such kernel", r.Op, r.Kernel)
-		}
+	if got := rows[4].Kernel; strings.HasPrefix(got, "avx512bf16") != bf16Linears {
+		t.Errorf("bf16 dot row %q with the family %s", got, Family())
+	}
+	if r := rows[5]; r.Kernel != "absent" {
+		t.Errorf("%s: %q: this build has no such kernel", r.Op, r.Kernel)
 	}
 	restore := usePortable()
 	defer restore()

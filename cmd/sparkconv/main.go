@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -129,8 +130,14 @@ func main() {
 	if err != nil {
 		err = usageError{err}
 	} else {
-		err = safetensors.Guard(func() error { return rootCmd.ExecuteContext(ctx) })
-		err = classify(ctx, err)
+		stopProfile, perr := startCPUProfile(os.Getenv(envCPUProfile))
+		if perr != nil {
+			err = usageError{perr}
+		} else {
+			err = safetensors.Guard(func() error { return rootCmd.ExecuteContext(ctx) })
+			err = classify(ctx, err)
+			stopProfile()
+		}
 	}
 	if err != nil {
 		var re reportedError
@@ -162,4 +169,33 @@ func classify(ctx context.Context, err error) error {
 		return usageError{err} // cobra's error for an unknown subcommand
 	}
 	return err
+}
+
+// envCPUProfile names the environment variable that writes a CPU profile
+// of the whole command to the file it names (for `go tool pprof`; the
+// calibrated conversions label their phases, see gptq/phase.go). The file
+// must not exist: an existing one is refused, never overwritten.
+const envCPUProfile = "SPARKCONV_CPUPROFILE"
+
+// startCPUProfile starts the profile envCPUProfile asks for ("" is none)
+// and returns what stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", envCPUProfile, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("%s=%s: %w", envCPUProfile, path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "sparkconv:", envCPUProfile, err)
+		}
+	}, nil
 }
