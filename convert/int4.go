@@ -410,9 +410,9 @@ func EncodeInt4(spec Int4Spec, m quant.Matrix) ([][]byte, quant.ErrStats, error)
 // Int4Model lists the output tensors of a 4-bit checkpoint: every target
 // through spec(target), the rest of the model copied bit for bit. It
 // returns the tensors and the input each one reads (for WriteTensors).
-func (j *Job) Int4Model(quantHead bool, spec func(Int4Target) Int4Spec) ([]safetensors.Tensor, map[string]string) {
+func (j *Job) Int4Model(quantized []Int4Target, spec func(Int4Target) Int4Spec) ([]safetensors.Tensor, map[string]string) {
 	targets := map[string]Int4Target{}
-	for _, t := range Int4Targets(j.Model.Config, quantHead) {
+	for _, t := range quantized {
 		targets[t.Source] = t
 	}
 	var tensors []safetensors.Tensor

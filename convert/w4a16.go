@@ -196,7 +196,7 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	if sol != nil {
 		chooser = sol
 	}
-	tensors, src := j.Int4Model(o.QuantHead, func(t Int4Target) Int4Spec {
+	tensors, src := j.Int4Model(Int4Targets(cfg, o.QuantHead), func(t Int4Target) Int4Spec {
 		return Int4Spec{Target: t, Group: o.Group, ScaleDType: sdt, Chooser: chooser, Grid: GridAsym4, Parts: W4A16Parts(t, o.Group, sdt, o.pack())}
 	})
 	set := map[string]any{"quantization_config": W4A16Config(o, j.Report.Calibration, act, o.Version)}
