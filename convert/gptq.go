@@ -256,12 +256,12 @@ type gptqReader struct {
 
 func newGPTQReader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
 	var c struct {
-		Bits    int    `json:"bits"`
-		Group   int    `json:"group_size"`
-		Sym     bool   `json:"sym"`
-		DescAct bool   `json:"desc_act"`
-		Format  string `json:"checkpoint_format"`
-		Head    bool   `json:"lm_head"`
+		Bits    int                        `json:"bits"`
+		Group   int                        `json:"group_size"`
+		Sym     bool                       `json:"sym"`
+		DescAct bool                       `json:"desc_act"`
+		Format  string                     `json:"checkpoint_format"`
+		Head    bool                       `json:"lm_head"`
 		Dynamic map[string]json.RawMessage `json:"dynamic"`
 	}
 	if err := json.Unmarshal(qc, &c); err != nil {

@@ -168,3 +168,34 @@ func (e *excluded) add(s string, re bool) error {
 func (e *excluded) match(module string) bool {
 	return slices.Contains(e.names, module) || slices.ContainsFunc(e.res, func(x *regexp.Regexp) bool { return x.MatchString(module) })
 }
+
+// KeepModules builds the kept units from full module names. gate_proj
+// and up_proj of a layer must come together: vLLM fuses them into one
+// gate_up_proj and refuses shards of different precision (compressed-
+// tensors' should_ignore_layer, GPTQ's is_layer_gptq_quantized).
+func KeepModules(cfg *spark.Config, names []string) (*KeepFloat, error) {
+	k := &KeepFloat{}
+	byName := map[string]KeepUnit{}
+	for _, u := range KeepUnits(cfg) {
+		for _, n := range u.Names() {
+			byName[n] = u
+		}
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		u, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("%s is not a quantized linear of this model (q_k_v_proj, o_proj, gate_proj, up_proj or down_proj of a layer in 0..%d)", n, cfg.NumLayers-1)
+		}
+		for _, m := range u.Names() {
+			if !slices.Contains(names, m) {
+				return nil, fmt.Errorf("%s without %s: vLLM fuses the two into gate_up_proj and loads both shards in one precision only; keep both or neither", n, m)
+			}
+		}
+		if !seen[u.String()] {
+			seen[u.String()] = true
+			k.Units = append(k.Units, u)
+		}
+	}
+	return k, nil
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"sparkconv/calib"
@@ -22,12 +23,13 @@ import (
 // Defaults of the measurement.
 const (
 	// DefaultTokens of calibration text are measured (chunks of ChunkLen
-	// tokens from samples spread over the text); at 1024 the ranking of
-	// the costliest units is settled (docs/keep-float.md).
-	DefaultTokens = 1024
+	// tokens from samples spread over the text). The cost is one forward
+	// of the layers from the unit's own on, per unit, over these tokens
+	// (docs/keep-float.md has the time).
+	DefaultTokens = 512
 	// ChunkLen is the length of each measured chunk (each starts at
 	// position 0, where the attention sink is).
-	ChunkLen = 256
+	ChunkLen = 128
 	// ScoreStride: every ScoreStride-th position's distribution is scored.
 	ScoreStride = 4
 )
@@ -78,6 +80,7 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 		return nil, nil, err
 	}
 	var all []Measured
+	line := ""
 	for _, u := range units {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
@@ -87,8 +90,10 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 			return nil, nil, fmt.Errorf("keep-float: measuring %s: %w", u, err)
 		}
 		all = append(all, Measured{u, kld})
+		line += fmt.Sprintf(" %s %.3g", strings.Join(u.Modules, "+"), kld)
 		if o.Log != nil && u.Modules[0] == spark.MLPDown {
-			fmt.Fprintf(o.Log, "sparkconv: keep-float: layer %d/%d measured (%.0fs)\n", u.Layer+1, sm.Config.NumLayers, time.Since(t0).Seconds())
+			fmt.Fprintf(o.Log, "sparkconv: keep-float: layer %d/%d, KLD quantized alone:%s (%.0fs)\n", u.Layer+1, sm.Config.NumLayers, line, time.Since(t0).Seconds())
+			line = ""
 		}
 	}
 	slices.SortStableFunc(all, func(a, b Measured) int { return -cmpFloat(a.KLD, b.KLD) })

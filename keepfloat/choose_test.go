@@ -132,7 +132,7 @@ func TestSpread(t *testing.T) {
 		tokens  int
 		samples []int
 		last    int
-	}{{256, []int{0}, 256}, {512, []int{0, 4}, 256}, {600, []int{0, 2, 5}, 88}, {4096, []int{0, 1, 2, 3, 4, 5, 6, 7}, 256}} {
+	}{{ChunkLen, []int{0}, ChunkLen}, {2 * ChunkLen, []int{0, 4}, ChunkLen}, {2*ChunkLen + 88, []int{0, 2, 5}, 88}, {64 * ChunkLen, []int{0, 1, 2, 3, 4, 5, 6, 7}, ChunkLen}} {
 		got := spread(firsts, c.tokens)
 		var s []int
 		for _, ch := range got {
@@ -153,4 +153,3 @@ func newRun(t *testing.T, sm *spark.Model, f Format, chunks []calib.Chunk) *run 
 	}
 	return r
 }
-
