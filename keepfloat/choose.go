@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -116,6 +117,8 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 			"scored_positions": r.scored, "score_stride": ScoreStride},
 		"seconds": math.Round(time.Since(t0).Seconds()*10) / 10,
 	}
+	r = nil
+	debug.FreeOSMemory() // the float32 layers go before the conversion starts
 	return keep, all, nil
 }
 
