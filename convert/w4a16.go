@@ -188,7 +188,7 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	chooser := o.W4A16Chooser()
 	j.Report.Method = chooser.Method()
 	j.Report.Settings = map[string]any{"group_size": o.Group, "pack": o.pack(), "search": !o.NoSearch, "quant_head": o.QuantHead, "scales_dtype": string(act)}
-	sdt := scaleDType(act)
+	sdt := ScaleDType(act)
 	sol, err := j.solve(o.Solver, SolveSpec{Grid: GridAsym4, Group: o.Group, DType: sdt, Search: !o.NoSearch, Targets: Int4Targets(cfg, o.QuantHead)})
 	if err != nil {
 		return nil, err

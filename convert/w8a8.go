@@ -94,7 +94,7 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sol, err = j.solve(o.Solver, SolveSpec{Grid: GridInt8, DType: scaleDType(act), Targets: o.Keep.without(W8A8Targets(j.Model.Config))}); err != nil {
+		if sol, err = j.solve(o.Solver, SolveSpec{Grid: GridInt8, DType: ScaleDType(act), Targets: o.Keep.without(W8A8Targets(j.Model.Config))}); err != nil {
 			return nil, err
 		}
 	}
@@ -148,7 +148,7 @@ func (j *Job) w8a8Linear(s spark.TensorSpec, sol Solution) (safetensors.Tensor, 
 	info, _ := j.Model.Info(s.Name)
 	n, k := int(s.Shape[0]), int(s.Shape[1])
 	mod := s.Module()
-	dt := scaleDType(info.DType)
+	dt := ScaleDType(info.DType)
 	l := &w8a8RTN{j: j, name: s.Name, dt: dt, n: n, k: k}
 	weight := safetensors.Tensor{
 		Name: mod + ".weight", DType: "I8", Shape: s.Shape,
@@ -236,8 +236,8 @@ func weightMatrix(raw []byte, dt dtype.DType, n, k int) quant.Matrix {
 	return quant.F32Matrix(n, k, f)
 }
 
-// scaleDType maps a weight dtype to the dtype its scales are stored in.
-func scaleDType(dt dtype.DType) quant.ScaleDType {
+// ScaleDType maps a weight dtype to the dtype its scales are stored in.
+func ScaleDType(dt dtype.DType) quant.ScaleDType {
 	switch dt {
 	case dtype.BF16:
 		return quant.ScaleBF16
@@ -344,7 +344,7 @@ func (j *Job) w8a8Solved(s spark.TensorSpec, sol Solution) (safetensors.Tensor, 
 	info, _ := j.Model.Info(s.Name)
 	n, k := int(s.Shape[0]), int(s.Shape[1])
 	t := Int4Target{Source: s.Name, Module: s.Module(), N: n, K: k}
-	dt := scaleDType(info.DType)
+	dt := ScaleDType(info.DType)
 	var mu sync.Mutex
 	reported := false
 	get := func() (*quant.Int8Result, error) {

@@ -3,6 +3,7 @@ package keepfloat
 import (
 	"fmt"
 
+	"sparkconv/convert"
 	"sparkconv/dtype"
 	"sparkconv/forward"
 	"sparkconv/quant"
@@ -22,7 +23,7 @@ type Format struct {
 // W8A8 is compressed-tensors' int8 per channel (amax/127.5) with vLLM's
 // int8 per-token activations, for a model of activation dtype act.
 func W8A8(act dtype.DType) Format {
-	return Format{Name: "w8a8", Act: forward.Act{DType: act, Int8: forward.Int8Dynamic}, grid: "int8", dt: scaleDType(act)}
+	return Format{Name: "w8a8", Act: forward.Act{DType: act, Int8: forward.Int8Dynamic}, grid: "int8", dt: convert.ScaleDType(act)}
 }
 
 // GPTQ is the symmetric 4-bit grid (fp16 scales, MSE search) with vLLM's
@@ -66,15 +67,4 @@ func (f Format) quantize(w []float32, n, k int) ([]float32, error) {
 	}
 	r.Dequantize(out)
 	return out, nil
-}
-
-// scaleDType is the dtype W8A8 stores its scales in for a model dtype.
-func scaleDType(dt dtype.DType) quant.ScaleDType {
-	switch dt {
-	case dtype.BF16:
-		return quant.ScaleBF16
-	case dtype.F16:
-		return quant.ScaleF16
-	}
-	return quant.ScaleF32
 }
