@@ -34,7 +34,7 @@ func (k *keepFlags) register(cmd *cobra.Command) {
 			return fmt.Errorf("%q is not q_k_v_proj, o_proj, gate_proj, up_proj or down_proj of a layer", s)
 		}
 		return nil
-	}, "lm_head", "model.layers.0.self_attn.g_proj", "", "model.layers.x.mlp.down_proj", "model.layers.0.mlp.down_proj.weight")
+	}, "lm_head", "model.layers.0.self_attn.g_proj", "model.layers.x.mlp.down_proj", "model.layers.0.mlp.down_proj.weight").unset()
 }
 
 // choose measures the units and returns the kept ones (nil without
