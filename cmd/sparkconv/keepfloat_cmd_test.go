@@ -32,6 +32,9 @@ func TestKeepFloatFlags(t *testing.T) {
 			}
 		}
 	}
+	if _, errOut, code := run(t, "w8a8", "--model", m, "--out", filepath.Join(dir, "o"), "--smooth", "0.5", "--keep-float", "2"); code != 2 || !strings.Contains(errOut, "--smooth with --keep-float") {
+		t.Errorf("w8a8 --smooth --keep-float: exit %d, %s", code, errOut)
+	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("wrote %v", entries)
 	}

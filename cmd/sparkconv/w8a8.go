@@ -46,6 +46,9 @@ their measured cost.` + calibHelp,
 			if err != nil {
 				return err
 			}
+			if kf.c.Smooth > 0 && (keep.n > 0 || len(keep.modules) > 0) {
+				return usagef("--smooth with --keep-float: a kept q_k_v_proj leaves its layer's input norm unsmoothed, so the config's smoothquant_alpha would not say what was done; rotate's --smooth-down combines with --keep-float")
+			}
 			kept, err := keep.choose(cmd, opt.Model, kf.c.Files, keepfloat.W8A8)
 			if err != nil {
 				return err
