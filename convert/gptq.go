@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"sparkconv/dtype"
 	"sparkconv/forward"
@@ -40,6 +41,9 @@ type GPTQOptions struct {
 	Chooser CodeChooser
 	// Solver, if set, chooses every code before writing (calibrated GPTQ).
 	Solver Solver
+	// Keep, if set, are linears kept in float: copied, and excluded by a
+	// negative dynamic rule.
+	Keep *KeepFloat
 }
 
 // CheckFlags validates the flag values (usage errors).
@@ -103,6 +107,11 @@ func GPTQConfig(o GPTQOptions, cal *Calibration, version string) map[string]any 
 		"calibration": "none",
 		"mse":         mse,
 	}
+	dynamic := map[string]any{"-:.*g_proj": map[string]any{}}
+	o.Keep.gptqDynamic(dynamic)
+	if kept := o.Keep.Modules(); kept != nil {
+		meta["keep_float"] = kept
+	}
 	qc := map[string]any{
 		"quant_method":      "gptq",
 		"checkpoint_format": "gptq",
@@ -112,7 +121,7 @@ func GPTQConfig(o GPTQOptions, cal *Calibration, version string) map[string]any 
 		"desc_act":          false,
 		"lm_head":           o.QuantHead,
 		"pack_dtype":        "int32",
-		"dynamic":           map[string]any{"-:.*g_proj": map[string]any{}},
+		"dynamic":           dynamic,
 		"true_sequential":   false,
 		"static_groups":     false,
 		"meta":              meta,
@@ -190,6 +199,9 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	if err := CheckGPTQModel(cfg, o); err != nil {
 		return nil, err
 	}
+	if err := o.Keep.check(cfg); err != nil {
+		return nil, err
+	}
 	begin := Start
 	if o.Solver == nil && o.Chooser == nil {
 		begin = StartAsRead // round to nearest refuses NaN/Inf as it quantizes
@@ -209,17 +221,19 @@ func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
 	if act != dtype.BF16 {
 		j.Report.Settings["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", act)
 	}
-	sol, err := j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch}, Targets: Targets(cfg, o.QuantHead)})
+	targets := o.Keep.without(Targets(cfg, o.QuantHead))
+	sol, err := j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch}, Targets: targets})
 	if err != nil {
 		return nil, err
 	}
 	if sol != nil {
 		chooser = sol
 	}
-	tensors, src := j.Int4Model(o.QuantHead, func(t Target) Int4Spec {
+	o.Keep.report(j.Report)
+	tensors, src := j.Int4Model(targets, func(t Target) Int4Spec {
 		return Int4Spec{Target: t, Group: o.Group, ScaleDType: quant.ScaleF16, Chooser: chooser, Grid: GridSym4, Parts: GPTQParts(t, o.Group)}
 	})
-	set := map[string]any{"quantization_config": GPTQConfig(o, j.Report.Calibration, o.Version)}
+	set := map[string]any{"quantization_config": GPTQConfig(o, j.Report.Calibration, o.Version), KeepFloatKey: o.Keep.config()}
 	if o.QuantHead {
 		set["tie_word_embeddings"] = false
 	}
@@ -237,25 +251,35 @@ type gptqReader struct {
 	group     int
 	quantHead bool
 	act       dtype.DType
+	float     excluded // modules a negative dynamic rule keeps float
 }
 
 func newGPTQReader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
 	var c struct {
-		Bits    int    `json:"bits"`
-		Group   int    `json:"group_size"`
-		Sym     bool   `json:"sym"`
-		DescAct bool   `json:"desc_act"`
-		Format  string `json:"checkpoint_format"`
-		Head    bool   `json:"lm_head"`
+		Bits    int                        `json:"bits"`
+		Group   int                        `json:"group_size"`
+		Sym     bool                       `json:"sym"`
+		DescAct bool                       `json:"desc_act"`
+		Format  string                     `json:"checkpoint_format"`
+		Head    bool                       `json:"lm_head"`
+		Dynamic map[string]json.RawMessage `json:"dynamic"`
 	}
 	if err := json.Unmarshal(qc, &c); err != nil {
 		return nil, err
+	}
+	var float excluded
+	for k := range c.Dynamic {
+		if p, ok := strings.CutPrefix(k, "-:"); ok {
+			if err := float.add(p, true); err != nil {
+				return nil, fmt.Errorf("gptq dynamic: %w", err)
+			}
+		}
 	}
 	if c.Bits != 4 || !c.Sym || c.DescAct || c.Group <= 0 || c.Group%8 != 0 || (c.Format != "" && c.Format != "gptq") {
 		return nil, fmt.Errorf("gptq: want bits 4, sym true, desc_act false, a group size that is a multiple of 8, checkpoint_format gptq; got bits %d, sym %v, desc_act %v, group_size %d, checkpoint_format %q",
 			c.Bits, c.Sym, c.DescAct, c.Group, c.Format)
 	}
-	return gptqReader{group: c.Group, quantHead: c.Head, act: act}, nil
+	return gptqReader{group: c.Group, quantHead: c.Head, act: act, float: float}, nil
 }
 
 // w4a8 reports whether vLLM runs the W4A8 kernel (bf16 model).
@@ -274,7 +298,7 @@ func (r gptqReader) describe() string {
 }
 
 func (r gptqReader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {
-	if s.Kind != spark.KindLinear && (s.Kind != spark.KindHead || !r.quantHead) {
+	if s.Kind != spark.KindLinear && (s.Kind != spark.KindHead || !r.quantHead) || s.Kind == spark.KindLinear && r.float.match(s.Module()) {
 		return false, nil
 	}
 	mod, n, k := s.Module(), s.Shape[0], s.Shape[1]

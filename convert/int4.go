@@ -411,9 +411,9 @@ func EncodeInt4(spec Int4Spec, m quant.Matrix) ([][]byte, quant.ErrStats, error)
 // Int4Model lists the output tensors of a 4-bit checkpoint: every target
 // through spec(target), the rest of the model copied bit for bit. It
 // returns the tensors and the input each one reads (for WriteTensors).
-func (j *Job) Int4Model(quantHead bool, spec func(Target) Int4Spec) ([]safetensors.Tensor, map[string]string) {
+func (j *Job) Int4Model(quantized []Target, spec func(Target) Int4Spec) ([]safetensors.Tensor, map[string]string) {
 	targets := map[string]Target{}
-	for _, t := range Targets(j.Model.Config, quantHead) {
+	for _, t := range quantized {
 		targets[t.Source] = t
 	}
 	var tensors []safetensors.Tensor

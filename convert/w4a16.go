@@ -188,7 +188,7 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	chooser := o.W4A16Chooser()
 	j.Report.Method = chooser.Method()
 	j.Report.Settings = map[string]any{"group_size": o.Group, "pack": o.pack(), "search": !o.NoSearch, "quant_head": o.QuantHead, "scales_dtype": string(act)}
-	sdt := scaleDType(act)
+	sdt := ScaleDType(act)
 	sol, err := j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridAsym4, Group: o.Group, DType: sdt, Search: !o.NoSearch}, Targets: Targets(cfg, o.QuantHead)})
 	if err != nil {
 		return nil, err
@@ -196,7 +196,7 @@ func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
 	if sol != nil {
 		chooser = sol
 	}
-	tensors, src := j.Int4Model(o.QuantHead, func(t Target) Int4Spec {
+	tensors, src := j.Int4Model(Targets(cfg, o.QuantHead), func(t Target) Int4Spec {
 		return Int4Spec{Target: t, Group: o.Group, ScaleDType: sdt, Chooser: chooser, Grid: GridAsym4, Parts: W4A16Parts(t, o.Group, sdt, o.pack())}
 	})
 	set := map[string]any{"quantization_config": W4A16Config(o, j.Report.Calibration, act, o.Version)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -53,6 +54,9 @@ type W8A8Options struct {
 	// Solver, if set, chooses every code before writing (calibrated GPTQ);
 	// nil rounds to nearest.
 	Solver Solver
+	// Keep, if set, are linears kept in float: copied, and named in the
+	// config's ignore list.
+	Keep *KeepFloat
 }
 
 // W8A8Targets are the linears W8A8 quantizes (the head never: vLLM's
@@ -80,6 +84,9 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 		return nil, err
 	}
 	defer j.Close()
+	if err := o.Keep.check(j.Model.Config); err != nil {
+		return nil, err
+	}
 	j.Report.Method = "round-to-nearest, scale = amax/127.5"
 	var sol Solution
 	if o.Solver != nil {
@@ -87,19 +94,21 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sol, err = j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridInt8, DType: scaleDType(act)}, Targets: W8A8Targets(j.Model.Config)}); err != nil {
+		if sol, err = j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridInt8, DType: ScaleDType(act)}, Targets: o.Keep.without(W8A8Targets(j.Model.Config))}); err != nil {
 			return nil, err
 		}
 	}
+	o.Keep.report(j.Report)
 	var tensors []safetensors.Tensor
 	src := map[string]string{}
 	for _, s := range j.Model.Config.Tensors() {
-		if v, ok := replaced(sol, s.Name); ok && s.Kind != spark.KindLinear {
+		float := s.Kind != spark.KindLinear || o.Keep.keeps(s.Module())
+		if v, ok := replaced(sol, s.Name); ok && float {
 			tensors = append(tensors, j.replacedTensor(s.Name, v))
 			src[s.Name] = s.Name
 			continue
 		}
-		if s.Kind != spark.KindLinear {
+		if float {
 			tensors = append(tensors, j.Copy(s.Name))
 			src[s.Name] = s.Name
 			j.Report.Totals.Copied++
@@ -115,7 +124,9 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 	if err := j.CopyAux(); err != nil {
 		return nil, err
 	}
-	if err := j.WriteConfig(map[string]any{"quantization_config": W8A8Config()}); err != nil {
+	qc := W8A8Config()
+	qc["ignore"] = append(qc["ignore"].([]string), o.Keep.Modules()...)
+	if err := j.WriteConfig(map[string]any{"quantization_config": qc, KeepFloatKey: o.Keep.config()}); err != nil {
 		return nil, err
 	}
 	if err := j.Commit(); err != nil {
@@ -137,7 +148,7 @@ func (j *Job) w8a8Linear(s spark.TensorSpec, sol Solution) (safetensors.Tensor, 
 	info, _ := j.Model.Info(s.Name)
 	n, k := int(s.Shape[0]), int(s.Shape[1])
 	mod := s.Module()
-	dt := scaleDType(info.DType)
+	dt := ScaleDType(info.DType)
 	l := &w8a8RTN{j: j, name: s.Name, dt: dt, n: n, k: k}
 	weight := safetensors.Tensor{
 		Name: mod + ".weight", DType: "I8", Shape: s.Shape,
@@ -225,8 +236,8 @@ func weightMatrix(raw []byte, dt dtype.DType, n, k int) quant.Matrix {
 	return quant.F32Matrix(n, k, f)
 }
 
-// scaleDType maps a weight dtype to the dtype its scales are stored in.
-func scaleDType(dt dtype.DType) quant.ScaleDType {
+// ScaleDType maps a weight dtype to the dtype its scales are stored in.
+func ScaleDType(dt dtype.DType) quant.ScaleDType {
 	switch dt {
 	case dtype.BF16:
 		return quant.ScaleBF16
@@ -241,7 +252,8 @@ func scaleDType(dt dtype.DType) quant.ScaleDType {
 // CompressedTensorsW8A8Int8, dynamic per-token input) quantizes each
 // linear's input to int8 per token.
 type w8a8Reader struct {
-	act dtype.DType // model dtype: weight_scale's dtype and the activations'
+	act    dtype.DType // model dtype: weight_scale's dtype and the activations'
+	ignore excluded    // modules the config's ignore list keeps float
 }
 
 func newW8A8Reader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
@@ -259,9 +271,17 @@ func newW8A8Reader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
 				Dynamic  bool   `json:"dynamic"`
 			} `json:"input_activations"`
 		} `json:"config_groups"`
+		Ignore []string `json:"ignore"`
 	}
 	if err := json.Unmarshal(qc, &c); err != nil {
 		return nil, err
+	}
+	var ign excluded
+	for _, e := range c.Ignore {
+		p, re := strings.CutPrefix(e, "re:")
+		if err := ign.add(p, re); err != nil {
+			return nil, fmt.Errorf("compressed-tensors ignore: %w", err)
+		}
 	}
 	g, ok := c.Groups["group_0"]
 	if c.Format != "int-quantized" || len(c.Groups) != 1 || !ok {
@@ -271,7 +291,7 @@ func newW8A8Reader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
 	if w.NumBits != 8 || w.Strategy != "channel" || !w.Sym || in == nil || in.NumBits != 8 || in.Strategy != "token" || !in.Dynamic {
 		return nil, fmt.Errorf("compressed-tensors: only int8 symmetric per-channel weights with dynamic per-token int8 inputs are read")
 	}
-	return w8a8Reader{act: act}, nil
+	return w8a8Reader{act: act, ignore: ign}, nil
 }
 
 func (r w8a8Reader) describe() string {
@@ -279,10 +299,10 @@ func (r w8a8Reader) describe() string {
 }
 
 func (r w8a8Reader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {
-	if s.Kind != spark.KindLinear {
+	mod := s.Module()
+	if s.Kind != spark.KindLinear || r.ignore.match(mod) {
 		return false, nil
 	}
-	mod := s.Module()
 	if err := checkPart(ck, mod+".weight", dtype.I8, s.Shape...); err != nil {
 		return true, err
 	}
@@ -324,7 +344,7 @@ func (j *Job) w8a8Solved(s spark.TensorSpec, sol Solution) (safetensors.Tensor, 
 	info, _ := j.Model.Info(s.Name)
 	n, k := int(s.Shape[0]), int(s.Shape[1])
 	t := Target{Source: s.Name, Module: s.Module(), N: n, K: k}
-	dt := scaleDType(info.DType)
+	dt := ScaleDType(info.DType)
 	var mu sync.Mutex
 	reported := false
 	get := func() (*quant.Int8Result, error) {

@@ -51,24 +51,3 @@ func InputOf(module string) (LinearInput, bool) {
 	}
 	return LinearInput{}, false
 }
-
-// Linear returns the float32 weights of the layer's linear module (a
-// spark module name: spark.QKV, spark.GateProj, ...), nil for a module that
-// is not a linear of the layer.
-func (l *Layer) Linear(module string) *[]float32 {
-	switch module {
-	case spark.QKV:
-		return &l.QKV
-	case spark.GateProj:
-		return &l.G
-	case spark.OProj:
-		return &l.O
-	case spark.MLPGate:
-		return &l.Gate
-	case spark.MLPUp:
-		return &l.Up
-	case spark.MLPDown:
-		return &l.Down
-	}
-	return nil
-}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -229,6 +230,24 @@ func (l *Layer) matMul(f int, c, a []float32, T, n, k int) {
 	default:
 		kernels.MatMulNT(c, a, *l.fields()[f], T, n, k)
 	}
+}
+
+// Linear returns the float32 weights [out, in] of the layer's linear
+// module (spark.QKV, spark.GateProj, ...), nil for a name that is not one.
+func (l *Layer) Linear(module string) *[]float32 {
+	w, _ := l.LinearAct(module)
+	return w
+}
+
+// LinearAct returns the float32 weights [out, in] of the layer's linear
+// module and its input rule, for a caller that replaces them (after
+// Model.Layer); nil for a name that is not one.
+func (l *Layer) LinearAct(module string) (*[]float32, *Act) {
+	k := slices.Index(layerModules, module)
+	if k < 0 || module == spark.InputNorm || module == spark.PostNorm {
+		return nil, nil
+	}
+	return l.fields()[k], &l.Act[k]
 }
 
 var layerModules = []string{spark.InputNorm, spark.QKV, spark.GateProj, spark.OProj, spark.PostNorm, spark.MLPGate, spark.MLPUp, spark.MLPDown}

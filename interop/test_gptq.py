@@ -80,3 +80,44 @@ def test_gptqmodel_torch_kernel_loads_gptq(work, preset, untied):
         dequant_bit_mismatches=0,
         forward_snr_db_min=round(worst, 1),
     )
+
+
+KEPT = ("model.layers.1.mlp.down_proj", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj")
+
+
+@pytest.mark.parametrize("flags", [("--keep-float-modules", ",".join(KEPT)), ("--keep-float", "2", "--keep-float-tokens", "256")], ids=["named", "measured"])
+def test_gptqmodel_dynamic_keeps_float(work, flags):
+    """--keep-float: GPTQModel's and transformers' configs accept the dynamic
+    rules; GPTQModel's own dynamic_get excludes exactly the kept linears (and
+    the fused gate_up_proj of a kept pair, vLLM's module name), whose weights
+    are the input's bit for bit; every other linear is quantized."""
+    torch = need("torch")
+    need("gptqmodel")
+    transformers = need("transformers")
+    from gptqmodel.quantization.config import QuantizeConfig
+
+    folder = work.convert("gptq", "tiny", False, "--group", str(GROUP), *flags)
+    cfg = config(folder)
+    qc = cfg["quantization_config"]
+    kept = cfg["sparkconv_keep_float"]["modules"]
+    assert qc["meta"]["keep_float"] == kept
+    if flags[0] == "--keep-float-modules":
+        assert kept == list(KEPT)
+    transformers.GPTQConfig.from_dict(dict(qc))
+    gq = QuantizeConfig.from_quant_config(dict(qc))
+    sd = load_safetensors(folder)
+    orig = load_safetensors(work.model("tiny", False))
+    linears = ("self_attn.q_k_v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    for i in range(cfg["num_hidden_layers"]):
+        for l in linears:
+            n = f"model.layers.{i}.{l}"
+            if n in kept:
+                assert gq.dynamic_get(n) is False, n
+                assert f"{n}.qweight" not in sd and torch.equal(sd[f"{n}.weight"], orig[f"{n}.weight"]), n
+            else:
+                assert gq.dynamic_get(n) is not False, n
+                assert f"{n}.qweight" in sd and f"{n}.weight" not in sd, n
+        fused = f"model.layers.{i}.mlp.gate_up_proj"
+        assert (gq.dynamic_get(fused) is False) == (f"model.layers.{i}.mlp.gate_proj" in kept), fused
+        assert gq.dynamic_get(f"model.layers.{i}.self_attn.g_proj") is False
+    report("gptq keep-float", flags=" ".join(flags), kept=len(kept))

@@ -103,3 +103,44 @@ def test_compressed_tensors_loads_w8a8(work, preset, untied):
         snr_db_min=round(min(snrs), 2),
         snr_db_max=round(max(snrs), 2),
     )
+
+
+KEPT = ("model.layers.1.mlp.down_proj", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj")
+
+
+@pytest.mark.parametrize("flags", [("--keep-float-modules", ",".join(KEPT)), ("--keep-float", "2", "--keep-float-tokens", "256")], ids=["named", "measured"])
+def test_compressed_tensors_keeps_float(work, flags):
+    """--keep-float: compressed-tensors' own matcher leaves the kept linears
+    unquantized (also under vLLM's fused gate_up_proj name), their weights are
+    the input's bit for bit, and everything else is quantized as usual."""
+    torch = need("torch")
+    need("compressed_tensors")
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
+    from compressed_tensors.utils.match import match_name
+
+    out = work.convert("w8a8", "tiny", False, *flags)
+    orig = load_safetensors(work.model("tiny", False))
+    sd = load_safetensors(out)
+    cfg = config(out)
+    kept = cfg["sparkconv_keep_float"]["modules"]
+    if flags[0] == "--keep-float-modules":
+        assert kept == list(KEPT)
+    else:
+        assert len(kept) >= 2 and len(cfg["sparkconv_keep_float"]["measured"]) == 2
+    qc = QuantizationConfig.model_validate(cfg["quantization_config"])
+    assert all(m in qc.ignore for m in kept)
+    model = module_tree(sd, cfg["num_hidden_layers"])
+    apply_quantization_config(model, qc)
+    quantized = {n for n, m in model.named_modules() if getattr(m, "quantization_scheme", None) is not None}
+    expect = {f"model.layers.{i}.{l}" for i in range(cfg["num_hidden_layers"]) for l in LINEARS if not l.endswith("g_proj")} - set(kept)
+    assert quantized == expect
+    for m in kept:
+        w = f"{m}.weight"
+        assert sd[w].dtype == orig[w].dtype and torch.equal(sd[w], orig[w]), f"{w} must be copied bit for bit"
+        assert f"{m}.weight_scale" not in sd
+    fused = {"gate_up_proj": ["gate_proj", "up_proj"]}
+    for i in range(cfg["num_hidden_layers"]):
+        name = f"model.layers.{i}.mlp.gate_up_proj"
+        want = f"model.layers.{i}.mlp.gate_proj" in kept
+        assert any(match_name(name, ign, fused) for ign in qc.ignore) == want, name
+    report("w8a8 keep-float", flags=" ".join(flags), kept=len(kept), quantized=len(quantized))

@@ -45,14 +45,18 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 	w := &writer{j: j, rot: rot, qt: rot.Transposed(), dt: o.DType, norms: map[string][]float32{}}
 	j.Report.Method = "residual rotation (QuaRot R1): " + rot.String() + "; norms folded into the linears that read them"
 	meta := rot.meta()
-	if o.Smooth.Alpha > 0 {
+	if o.Smooth.Alpha > 0 || o.Smooth.Auto {
 		sm, err := downScales(j.Model, o.Model, o.Smooth, func(d []float32) []float32 { return w.left(d, c.HiddenSize) })
 		if err != nil {
 			return nil, fmt.Errorf("down_proj smoothing: %w", err)
 		}
 		w.down = sm.s
-		meta["down_proj_smoothing"] = sm.meta(o.Smooth.Alpha)
-		j.Report.Method += fmt.Sprintf("; down_proj inputs smoothed (alpha %g, %d tokens)", o.Smooth.Alpha, sm.tokens)
+		meta["down_proj_smoothing"] = sm.meta(o.Smooth)
+		alpha := fmt.Sprint(o.Smooth.Alpha)
+		if o.Smooth.Auto {
+			alpha = fmt.Sprintf("per layer %v", sm.alphas)
+		}
+		j.Report.Method += fmt.Sprintf("; down_proj inputs smoothed (alpha %s, %d tokens)", alpha, sm.tokens)
 	}
 	j.Report.Settings = map[string]any{"rotation": meta}
 	var tensors []safetensors.Tensor

@@ -140,6 +140,7 @@ func TestRotatedForward(t *testing.T) {
 		{"golden-tied-bf16", "../testdata/golden/spark-mini-tied", "", 38, Smoothing{}},
 		{"tiny-f32-smoothed", fixturestest.Tiny(t, false), dtype.F32, 110, Smoothing{Alpha: 0.3, Tokens: 512, SeqLen: 128}},
 		{"tiny-bf16", fixturestest.Tiny(t, false), "", 38, Smoothing{}},
+		{"tiny-f32-auto", fixturestest.Tiny(t, false), dtype.F32, 110, Smoothing{Auto: true, Tokens: 512, SeqLen: 128}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "rot")
@@ -164,8 +165,12 @@ func TestRotatedForward(t *testing.T) {
 			if cfg["tie_word_embeddings"] != false || rot["seed"] != 3.0 || rot["kind"] == nil {
 				t.Errorf("config: tie_word_embeddings %v, %s %v", cfg["tie_word_embeddings"], ConfigKey, rot)
 			}
-			if sm, ok := rot["down_proj_smoothing"].(map[string]any); ok != (c.smooth.Alpha > 0) || (ok && sm["tokens"] != 512.0) {
+			sm, ok := rot["down_proj_smoothing"].(map[string]any)
+			if ok != (c.smooth.Alpha > 0 || c.smooth.Auto) || (ok && sm["tokens"] != 512.0) {
 				t.Errorf("config: down_proj_smoothing %v, asked for %+v", rot["down_proj_smoothing"], c.smooth)
+			}
+			if la, _ := sm["layer_alphas"].([]any); c.smooth.Auto && (sm["alpha"] != "auto" || len(la) != 4) {
+				t.Errorf("config: down_proj_smoothing %v, want alpha auto and 4 layer alphas", sm)
 			}
 		})
 	}

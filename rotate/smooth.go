@@ -32,7 +32,8 @@ const (
 
 // Smoothing asks for down_proj smoothing.
 type Smoothing struct {
-	Alpha  float64  // in (0, 1); 0: no smoothing
+	Alpha  float64  // in (0, 1); 0: no smoothing (unless Auto)
+	Auto   bool     // choose alpha per layer (smoothauto.go); Alpha is then unused
 	Files  []string // calibration samples files; none: the embedded corpus
 	Tokens int      // calibration tokens run through the model
 	SeqLen int      // longest chunk
@@ -44,12 +45,23 @@ type smoothed struct {
 	sources []string
 	sha256  string
 	tokens  int
+	// alphas[i] is layer i's chosen alpha and errs[i] the W8A8 error of
+	// every candidate of AutoAlphas (Auto only).
+	alphas []float64
+	errs   [][]float64
 }
 
 // meta records the smoothing in config.json and the report.
-func (s *smoothed) meta(alpha float64) map[string]any {
-	return map[string]any{"alpha": alpha, "sources": s.sources, "sha256": s.sha256, "tokens": s.tokens,
+func (s *smoothed) meta(o Smoothing) map[string]any {
+	m := map[string]any{"alpha": o.Alpha, "sources": s.sources, "sha256": s.sha256, "tokens": s.tokens,
 		"applies_to": "down_proj input: up_proj rows / s, down_proj columns · s"}
+	if o.Auto {
+		m["alpha"] = "auto"
+		m["layer_alphas"] = s.alphas
+		m["candidates"] = AutoAlphas
+		m["criterion"] = "per layer, the lowest W8A8 output error of down_proj on the calibration tokens (int8 per token of X/s, int8 per row of W·s, round to nearest); alpha 0: not smoothed"
+	}
+	return m
 }
 
 // downScales runs the calibration text through sm's float32 forward and
@@ -90,7 +102,7 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 	}
 	out := &smoothed{sources: sources, sha256: sum, tokens: tokens}
 	for i := range c.NumLayers {
-		obs := &actMax{max: make([]float64, c.IntermediateSize)}
+		obs := &actRows{actMax: actMax{max: make([]float64, c.IntermediateSize)}, keep: o.Auto}
 		for k, ch := range chunks {
 			if _, _, err := m.ForwardLayer(i, xs[k], len(ch.IDs), obs); err != nil {
 				return nil, err
@@ -100,7 +112,12 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 		if err != nil {
 			return nil, err
 		}
-		out.s = append(out.s, smoothScales(obs.max, rotated(down), o.Alpha))
+		if !o.Auto {
+			out.s = append(out.s, smoothScales(obs.max, rotated(down), o.Alpha))
+		} else {
+			ch := chooseAlpha(obs.rows, obs.max, rotated(down), c.IntermediateSize)
+			out.s, out.alphas, out.errs = append(out.s, ch.s), append(out.alphas, ch.alpha), append(out.errs, ch.errs)
+		}
 		m.DropLayers()
 	}
 	return out, nil

@@ -18,7 +18,9 @@ for dt in f32 same; do
 	[ -d "$work/rot-$dt" ] || "$bin" rotate --model "$model" --out "$work/rot-$dt" --dtype "$dt" --seed 0 --smooth-down 0
 done
 [ -d "$work/rotsd-f32" ] || "$bin" rotate --model "$model" --out "$work/rotsd-f32" --dtype f32 --seed 0
-# name, input (orig, rot-f32, rot-same or rotsd-f32), command and flags
+# rotauto-f32: down_proj smoothing with alpha chosen per layer
+[ -d "$work/rotauto-f32" ] || "$bin" rotate --model "$model" --out "$work/rotauto-f32" --dtype f32 --seed 0 --smooth-down auto
+# name, input (orig, rot-f32, rot-same, rotsd-f32 or rotauto-f32), command and flags
 rows=(
 	"rot-f32-float rot-f32 -"
 	"rot-same-float rot-same -"
@@ -38,6 +40,12 @@ rows=(
 	"rotsd-w4a8-gptq rotsd-f32 gptq --group 64"
 	"rotsd-w4a8-gptq-actorder rotsd-f32 gptq --group 64 --act-order"
 	"rotsd-w4a16-gptq rotsd-f32 w4a16 --group 64"
+	"rot-same-w4a8-gptq rot-same gptq --group 64"
+	"rot-same-w4a8-kf8 rot-same gptq --group 64 --keep-float 8"
+	"w8a8-kf8 orig w8a8 --keep-float 8"
+	"rotsd-w8a8-kf8 rotsd-f32 w8a8 --keep-float 8"
+	"rotauto-w8a8-gptq rotauto-f32 w8a8"
+	"rotauto-w8a8-kf8 rotauto-f32 w8a8 --keep-float 8"
 )
 want=" $* "
 for row in "${rows[@]}"; do

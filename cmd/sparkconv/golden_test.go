@@ -45,6 +45,9 @@ var goldenRuns = []struct {
 	{"export-onnx fp16 block", []string{"export-onnx", "--model", "MODEL", "--out", "OUT", "--dtype", "fp16", "--granularity", "block"}},
 	{"forward --dump", []string{"forward", "--model", "MODEL", "--ids", "1,2,3,4,5", "--dump", "DIR/dump.safetensors"}},
 	{"rotate --seed 7", []string{"rotate", "--seed", "7", "--model", "MODEL", "--out", "OUT"}},
+	{"rotate --seed 7 --smooth-down auto", []string{"rotate", "--seed", "7", "--smooth-down", "auto", "--model", "MODEL", "--out", "OUT"}},
+	{"w8a8 --rtn --keep-float 2", []string{"w8a8", "--rtn", "--keep-float", "2", "--model", "MODEL", "--out", "OUT"}},
+	{"gptq --rtn --quant-head --keep-float 2", []string{"gptq", "--rtn", "--quant-head", "--keep-float", "2", "--model", "MODEL", "--out", "OUT"}},
 }
 
 // volatileKeys are JSON keys whose values differ run to run (timings,

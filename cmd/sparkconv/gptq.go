@@ -5,14 +5,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
+	"sparkconv/dtype"
+	"sparkconv/keepfloat"
 )
 
 func init() {
 	var cf convertFlags
 	var kf calibFlags
 	var o convert.GPTQOptions
+	var keep keepFlags
 	cmd := &cobra.Command{
-		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn] [--no-search]",
+		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn] [--no-search] [--keep-float N]",
 		Short: "Write a GPTQ-format 4-bit checkpoint (W4A8 on vLLM's CPU int4_scaled_mm_cpu kernel)",
 		Long: `Quantizes the 5 linears of every layer to 4 bits on GPTQ's symmetric grid
 (w = (q - 8) * scale, one fp16 scale per group of --group input channels) and
@@ -27,18 +30,33 @@ the lookup): on CPU the bf16 head costs more per decode step than all the
 4-bit layers save.
 
 The model is checked first: vLLM's CPU path needs K and N multiples of 32 and
-a group size that divides K; nothing is written for a model it cannot load.` + calibHelp,
+a group size that divides K; nothing is written for a model it cannot load.
+
+--keep-float N keeps N linear units in the input dtype, excluded by a
+negative dynamic rule ("-:model\.layers\.3\.mlp\.down_proj$"), which
+vLLM runs with its unquantized linear: each unit (q_k_v_proj, o_proj,
+gate_proj with up_proj, down_proj of a layer) is quantized alone (int4
+rounded to nearest with the searched scales, int8 per-token inputs for a
+bf16 model) on --keep-float-tokens tokens of the calibration text, and the
+N with the largest KL divergence from the float model are kept. gate_proj
+and up_proj go together: vLLM fuses them and needs both shards in one
+precision.` + calibHelp,
 		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
 				o.Options, o.Solver = opt, s
+				var err error
+				if o.Keep, err = keep.choose(cmd, opt.Model, kf.c.Files, func(act dtype.DType) keepfloat.Format { return keepfloat.GPTQ(act, o.Group) }); err != nil {
+					return nil, err
+				}
 				return convert.GPTQ(ctx, o)
 			}, func(r *convert.Report) error { return finish4bit(cmd, r, o.QuantHead, o.Out) })
 		},
 	}
 	cf.register(cmd)
 	kf.register(cmd)
+	keep.register(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -14,8 +17,9 @@ func init() {
 	var seed uint64
 	var dt string
 	var sm rotate.Smoothing
+	var smooth string
 	cmd := &cobra.Command{
-		Use:   "rotate --model DIR --out DIR [--seed N] [--dtype same|bf16|f32]",
+		Use:   "rotate --model DIR --out DIR [--seed N] [--dtype same|bf16|f32] [--smooth-down ALPHA|auto]",
 		Short: "Write the checkpoint with its residual stream rotated (QuaRot R1), for int8 activations and int4 weights",
 		Long: `Multiplies the residual stream by an orthogonal Q, folded into the weights:
 every RMSNorm's weight goes into the linears reading its output (the norms
@@ -44,6 +48,9 @@ build quantizes from the exact rotated weights.`,
 			if err != nil {
 				return err
 			}
+			if sm.Alpha, sm.Auto, err = parseSmoothDown(smooth); err != nil {
+				return usagef("--smooth-down %s: %v", smooth, err)
+			}
 			o := rotate.Options{Options: opt, Seed: seed, Smooth: sm}
 			if dt != "same" {
 				if o.DType, err = dtype.Parse(map[string]string{"bf16": "BF16", "f32": "F32"}[dt]); err != nil {
@@ -67,15 +74,30 @@ build quantizes from the exact rotated weights.`,
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed of the rotation's random signs (or of the random orthogonal matrix)")
 	cmd.Flags().StringVar(&dt, "dtype", "same", "dtype of the written tensors: same (each input tensor's), bf16 or f32")
 	f := cmd.Flags()
-	f.Float64Var(&sm.Alpha, "smooth-down", rotate.DefaultSmoothAlpha, "also smooth every down_proj input with this SmoothQuant alpha (folded into up_proj and down_proj, exact); 0 turns it off")
+	f.StringVar(&smooth, "smooth-down", strconv.FormatFloat(rotate.DefaultSmoothAlpha, 'g', -1, 64), "also smooth every down_proj input with this SmoothQuant alpha in [0, 0.99] (folded into up_proj and down_proj, exact); 0 turns it off; auto chooses alpha per layer by the W8A8 output error on the calibration tokens")
 	f.StringArrayVar(&sm.Files, "samples", nil, "calibration samples file for --smooth-down (text with --- separators, or .jsonl); repeatable (default: the embedded corpus)")
 	f.IntVar(&sm.Tokens, "tokens", rotate.DefaultSmoothTokens, "calibration tokens for --smooth-down")
 	f.IntVar(&sm.SeqLen, "seq-len", 512, "longest calibration chunk in tokens")
-	floatIn(cmd, "smooth-down", 0, 0.99)
+	checkedBy(cmd, "smooth-down", "a number in [0, 0.99] or auto", func(s string) error {
+		_, _, err := parseSmoothDown(s)
+		return err
+	}, "1", "-0.1", "NaN", "inf", "", "x", "Auto", "0.995")
 	freeForm(cmd, "samples")
 	intIn(cmd, "tokens", 16, 1<<31)
 	intIn(cmd, "seq-len", 1, 1<<20)
 	uintAny(cmd, "seed")
 	oneOf(cmd, "dtype", "same", "bf16", "f32")
 	rootCmd.AddCommand(cmd)
+}
+
+// parseSmoothDown reads --smooth-down: an alpha in [0, 0.99] or auto.
+func parseSmoothDown(s string) (alpha float64, auto bool, err error) {
+	if s == "auto" {
+		return 0, true, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || v < 0 || v > 0.99 {
+		return 0, false, errors.New("want a number in [0, 0.99] or auto")
+	}
+	return v, false, nil
 }

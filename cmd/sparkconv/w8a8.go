@@ -5,13 +5,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
+	"sparkconv/keepfloat"
 )
 
 func init() {
 	var cf convertFlags
 	var kf calibFlags
+	var keep keepFlags
 	cmd := &cobra.Command{
-		Use:   "w8a8 --model DIR --out DIR [--samples FILE] [--tokens N] [--damp F] [--act-order] [--smooth ALPHA] [--rtn]",
+		Use:   "w8a8 --model DIR --out DIR [--samples FILE] [--tokens N] [--damp F] [--act-order] [--smooth ALPHA] [--rtn] [--keep-float N]",
 		Short: "Write a compressed-tensors W8A8 int8 checkpoint (per-channel weights) for vLLM",
 		Long: `Quantizes the 5 linears of every layer to int8, symmetric per output channel
 (scale = amax/127.5), with int8 per-token dynamic activations
@@ -25,14 +27,29 @@ channel s = max|X|^alpha / max|W|^(1-alpha) of the norms' outputs, folded into
 input_layernorm and post_attention_layernorm (written divided by s) and the
 weights of every linear reading them (multiplied by s), g_proj included (it
 reads the same input as q_k_v_proj; it stays float). The output is still a
-plain compressed-tensors checkpoint that vLLM loads unchanged.` + calibHelp,
+plain compressed-tensors checkpoint that vLLM loads unchanged.
+
+--keep-float N keeps N linear units in the input dtype, named in the
+config's ignore list: each unit (q_k_v_proj, o_proj, gate_proj with
+up_proj, down_proj of a layer) is quantized alone (int8 weights rounded to
+nearest, int8 per-token inputs) on --keep-float-tokens tokens of the
+calibration text, and the N with the largest KL divergence from the float
+model are kept. config.json's sparkconv_keep_float records them with
+their measured cost.` + calibHelp,
 		Example: "  sparkconv w8a8 --model /tmp/spark-tiny --out /tmp/spark-tiny-w8a8",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kf.c.Smooth > 0 && (keep.n > 0 || len(keep.modules) > 0) {
+				return usagef("--smooth with --keep-float: a kept q_k_v_proj leaves its layer's input norm unsmoothed, so the config's smoothquant_alpha would not say what was done; rotate's --smooth-down combines with --keep-float")
+			}
 			var out string
 			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
 				out = opt.Out
-				return convert.W8A8With(ctx, convert.W8A8Options{Options: opt, Solver: s})
+				kept, err := keep.choose(cmd, opt.Model, kf.c.Files, keepfloat.W8A8)
+				if err != nil {
+					return nil, err
+				}
+				return convert.W8A8With(ctx, convert.W8A8Options{Options: opt, Solver: s, Keep: kept})
 			}, func(r *convert.Report) error {
 				if err := printReport(cmd, r, out); err != nil {
 					return err
@@ -47,5 +64,6 @@ plain compressed-tensors checkpoint that vLLM loads unchanged.` + calibHelp,
 	cf.register(cmd)
 	kf.register(cmd)
 	kf.registerSmooth(cmd)
+	keep.register(cmd)
 	rootCmd.AddCommand(cmd)
 }
