@@ -11,7 +11,7 @@ func init() {
 	var kf calibFlags
 	var o convert.GPTQOptions
 	cmd := &cobra.Command{
-		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn] [--no-search]",
+		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order=false] [--rtn] [--no-search]",
 		Short: "Write a GPTQ-format 4-bit checkpoint (W4A8 on vLLM's CPU int4_scaled_mm_cpu kernel)",
 		Long: `Quantizes the 5 linears of every layer to 4 bits on GPTQ's symmetric grid
 (w = (q - 8) * scale, one fp16 scale per group of --group input channels) and
@@ -49,7 +49,7 @@ a group size that divides K; nothing is written for a model it cannot load.` + c
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd)
+	kf.register(cmd, true)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")

@@ -52,7 +52,7 @@ plain compressed-tensors checkpoint that vLLM loads unchanged.` + calibHelp,
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd)
+	kf.register(cmd, false)
 	kf.registerSmooth(cmd)
 	rootCmd.AddCommand(cmd)
 }
