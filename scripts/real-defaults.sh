@@ -9,7 +9,7 @@
 # usage: scripts/real-defaults.sh WORK_DIR [SPARKCONV] [ROW...]
 #   make real-model first; the dither rows need scripts/real-dither.sh's
 #   copy (WORK_DIR/dither0.5, made here when absent) and the corpus rows
-#   scripts/real_calib_alt.py's files (WORK_DIR/calib-*.txt, made here).
+#   scripts/real_calib_alt.py's file (WORK_DIR/calib-domain.txt, made here).
 #   Each row's eval goes to WORK_DIR/NAME.eval.json; a row whose eval.json
 #   exists is skipped. ROW names a row to run (default: all).
 set -euo pipefail
@@ -32,11 +32,9 @@ rows=(
 	"damp0.1 orig $g64 --act-order --damp 0.1"
 	"tokens2048 orig $g64 --act-order --tokens 2048"
 	"tokens16384 orig $g64 --act-order --tokens 16384"
-	"g128 orig w4a16 --group 128 --act-order"
 	"dith-g64 dith $g64 --act-order"
-	"dith-g128 dith w4a16 --group 128 --act-order"
+	"dith-g32 dith w4a16 --group 32 --act-order"
 	"calib-domain orig $g64 --act-order --samples $work/calib-domain.txt"
-	"calib-english orig $g64 --act-order --samples $work/calib-english.txt"
 )
 want=" $* "
 for row in "${rows[@]}"; do

@@ -1,17 +1,14 @@
 #!/usr/bin/env python3
-"""real_calib_alt.py WORK_DIR: two calibration texts to set against the
-embedded corpus (docs/calibration.md#text-1), in --samples form (64 samples
-of about 1500 characters, `---` between them), from this host's CPython
-3.11, Go and Debian installs:
+"""real_calib_alt.py WORK_DIR: a calibration text to set against the
+embedded corpus (docs/calibration.md#the-embedded-corpus), in --samples form
+(64 samples of about 1500 characters, `---` between them), from this host's
+CPython 3.11, Go and Debian installs: WORK_DIR/calib-domain.txt, the
+held-out text's own kinds and sources, other parts: CPython's language
+reference topics, Python and Go standard-library source, shadow's
+Simplified Chinese man pages.
 
-- calib-domain.txt: the held-out text's own kinds and sources, other parts:
-  CPython's language reference topics, Python and Go standard-library
-  source, shadow's Simplified Chinese man pages;
-- calib-english.txt: English only: language reference topics and English
-  man pages.
-
-Neither shares a 32-character run with testdata/real/heldout.txt: a
-paragraph that does is dropped."""
+It shares no 32-character run with testdata/real/heldout.txt: a paragraph
+that does is dropped."""
 import pathlib
 import random
 import re
@@ -69,9 +66,7 @@ def main():
                                                                      "bytes/buffer.go", "unicode/utf8/utf8.go"]]
     zh = [man(f"/usr/share/man/zh_CN/{f}.gz") for f in ["man1/passwd.1", "man1/chage.1", "man5/shadow.5", "man5/login.defs.5",
                                                          "man1/gpasswd.1", "man5/passwd.5"]]
-    en = [man(f"/usr/share/man/man1/{f}.1.gz") for f in ["tar", "grep", "find", "ls", "sed", "ssh", "cp"]]
     write(work / "calib-domain.txt", prose + py + go + zh, 2)
-    write(work / "calib-english.txt", prose[:10] + en, 2)
 
 
 if __name__ == "__main__":

@@ -133,55 +133,60 @@ var realBuilds = []realBuild{
 	{"w8a8-rtn", []string{"w8a8", "--rtn"}, 0.045, 0.87},
 	// measured: 0.0309 ± 0.0014, 90.7 %
 	{"w8a8-gptq", []string{"w8a8", "--tokens", "2048"}, 0.040, 0.88},
-	// measured: 0.279 ± 0.012, 73.7 %
-	{"w4a8-gptq", []string{"gptq", "--group", "64", "--tokens", "2048"}, 0.33, 0.70},
+	// measured: 0.256 ± 0.013, 75.2 % (act-order; 0.279, 73.7 % without)
+	{"w4a8-gptq", []string{"gptq", "--group", "64", "--tokens", "2048"}, 0.31, 0.72},
 	// measured: 0.253 ± 0.012, 74.6 %
 	{"w4a16-rtn", []string{"w4a16", "--group", "64", "--rtn"}, 0.30, 0.71},
-	// measured: 0.167 ± 0.010, 79.8 %
-	{"w4a16-gptq", []string{"w4a16", "--group", "64", "--tokens", "2048"}, 0.20, 0.76},
+	// measured: 0.103 ± 0.006, 82.6 % (act-order; 0.167, 79.8 % without)
+	{"w4a16-gptq", []string{"w4a16", "--group", "64", "--tokens", "2048"}, 0.13, 0.79},
 }
 
 // TestRealModelBuilds: every weight format's build of the real model, each
 // scored on the CI slice against bounds measured here; the calibrated
 // builds' reports must show GPTQ no worse than round to nearest, module
-// type by module type, on the held-out calibration rows. The original is
-// scored against itself first (it must give KLD 0 and the sanity gate's
-// PPL); that writes the base log-probs every build is then scored against,
-// so the builds run in parallel: one conversion keeps about one of two
-// cores busy.
+// type by module type, on the held-out calibration rows. The first row
+// runs alone and writes the base log-probs every build is scored against;
+// the others then run in parallel (one conversion keeps about one of two
+// cores busy).
 func TestRealModelBuilds(t *testing.T) {
 	m := realModel(t)
 	t.Parallel()
 	dir := t.TempDir()
 	baseLogits := filepath.Join(dir, "base.st")
-	if r := realEval(t, m, baseLogits, "--model", m); r.KLD.Mean != 0 || r.SameTop1 != 1 || r.PPLBase < 10.0 || r.PPLBase > 11.1 {
-		t.Fatalf("the original against itself: mean KLD %g (want 0), same top-1 %g (want 1), PPL %.3f (make real-model's band [10.0, 11.1])", r.KLD.Mean, r.SameTop1, r.PPLBase)
-	}
 	var mu sync.Mutex
 	kld := map[string]float64{}
-	t.Run("build", func(t *testing.T) {
-		for _, c := range realBuilds {
+	row := func(t *testing.T, c realBuild) {
+		out := filepath.Join(dir, c.name)
+		mustRun(t, append(c.args, "--model", m, "--out", out)...)
+		r := realEval(t, m, baseLogits, "--model", out)
+		mu.Lock()
+		kld[c.name] = r.KLD.Mean
+		mu.Unlock()
+		if r.KLD.Mean > c.maxKLD || r.SameTop1 < c.minTop1 {
+			t.Errorf("mean KLD %.4f (bound %.4f), same top-1 %.4f (bound %.4f)", r.KLD.Mean, c.maxKLD, r.SameTop1, c.minTop1)
+		}
+		if r.PPLBase < 10.0 || r.PPLBase > 11.1 {
+			t.Errorf("the original's PPL %.3f on the slice is outside make real-model's band [10.0, 11.1]", r.PPLBase)
+		}
+		if !strings.HasSuffix(c.name, "-rtn") {
+			checkGPTQBeatsRTN(t, out)
+		}
+	}
+	if !t.Run(realBuilds[0].name, func(t *testing.T) { row(t, realBuilds[0]) }) {
+		return
+	}
+	t.Run("parallel", func(t *testing.T) {
+		for _, c := range realBuilds[1:] {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				out := filepath.Join(dir, c.name)
-				mustRun(t, append(c.args, "--model", m, "--out", out)...)
-				r := realEval(t, m, baseLogits, "--model", out)
-				mu.Lock()
-				kld[c.name] = r.KLD.Mean
-				mu.Unlock()
-				if r.KLD.Mean > c.maxKLD || r.SameTop1 < c.minTop1 {
-					t.Errorf("mean KLD %.4f (bound %.4f), same top-1 %.4f (bound %.4f)", r.KLD.Mean, c.maxKLD, r.SameTop1, c.minTop1)
-				}
-				if !strings.HasSuffix(c.name, "-rtn") {
-					checkGPTQBeatsRTN(t, out)
-				}
+				row(t, c)
 			})
 		}
 	})
-	// The calibration is real: on this text GPTQ's W4A16 has 0.66x the KLD
-	// of round to nearest (0.167 against 0.253).
-	if g, r := kld["w4a16-gptq"], kld["w4a16-rtn"]; g > 0 && r > 0 && g > 0.8*r {
-		t.Errorf("W4A16: GPTQ's mean KLD %.4f is not below 0.8x round to nearest's %.4f", g, r)
+	// The calibration is real: on this text GPTQ's W4A16 has 0.40x the KLD
+	// of round to nearest (0.103 against 0.253).
+	if g, r := kld["w4a16-gptq"], kld["w4a16-rtn"]; g > 0 && r > 0 && g > 0.6*r {
+		t.Errorf("W4A16: GPTQ's mean KLD %.4f is not below 0.6x round to nearest's %.4f", g, r)
 	}
 }
 
