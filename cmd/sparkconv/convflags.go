@@ -109,10 +109,13 @@ q_k_v_proj, o_proj, gate_proj and up_proj, down_proj). One Hessian per
 distinct linear input, --damp of its mean diagonal added (default 0.01; more
 when it is not positive definite); the blocked GPTQ solve picks the codes,
 group parameters taken at each group boundary from the error-updated
-weights. A module whose GPTQ output error on held-out tokens is above round
-to nearest's is solved again at damping 1, then 0.1; if it still loses, or
-its Hessian never factors, it is rounded to nearest instead, named on
-stderr, in the report and the config.
+weights; with --act-order (the default of gptq and w4a16, off for w8a8;
+--act-order=false turns it off) columns go in descending Hessian-diagonal
+order, groups fitted up front and kept in place. A module whose GPTQ
+output error on held-out tokens is above round to nearest's is solved again
+at damping 1, then 0.1; if it still loses, or its Hessian never factors, it
+is rounded to nearest instead, named on stderr, in the report and the
+config.
 --rtn skips calibration (round to nearest only).`
 
 // calibFlags are the calibration flags of gptq, w4a16 and w8a8.
