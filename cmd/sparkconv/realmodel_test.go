@@ -146,8 +146,8 @@ var realBuilds = []realBuild{
 // builds' reports must show GPTQ no worse than round to nearest, module
 // type by module type, on the held-out calibration rows. The first row
 // runs alone and writes the base log-probs every build is scored against;
-// the others then run in parallel (one conversion keeps about one of two
-// cores busy).
+// the others then run in parallel (a conversion alone leaves much of the
+// second core idle).
 func TestRealModelBuilds(t *testing.T) {
 	m := realModel(t)
 	t.Parallel()
