@@ -57,3 +57,10 @@ for row in "${rows[@]}"; do
 	mv "$work/$name.eval.json.tmp" "$work/$name.eval.json"
 	python3 "$here/real_eval_row.py" "$work/$name.eval.json" "$name"
 done
+# The dithered copy itself against the original, on the same slice.
+if [ -d "$dith" ] && [ ! -f "$work/dith-vs-orig.eval.json" ] && { [ $# = 0 ] || [[ $want == *" dith-vs-orig "* ]]; }; then
+	nice -n 5 "$bin" eval --base "$model" --model "$dith" --ids "$slice" --ctx 512 --greedy 0 \
+		--base-logits "$work/$(basename "$model").sweep.st" --json >"$work/dith-vs-orig.eval.json.tmp"
+	mv "$work/dith-vs-orig.eval.json.tmp" "$work/dith-vs-orig.eval.json"
+	python3 "$here/real_eval_row.py" "$work/dith-vs-orig.eval.json" dith-vs-orig
+fi
