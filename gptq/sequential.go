@@ -516,7 +516,7 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 		errs := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, res, nearest{})
 		rep.OutErr, rep.OutErrRTN = errs[0], errs[1]
 		r.mark("heldout")
-		if h.HeldRows() > 0 && (math.IsNaN(rep.OutErr) || math.IsNaN(rep.OutErrRTN)) {
+		if math.IsInf(rep.OutErr, 1) || math.IsInf(rep.OutErrRTN, 1) {
 			return nil, fmt.Errorf("%s: %w", t.Module, errOverflow)
 		}
 	}
@@ -539,6 +539,9 @@ func (r *run) module(t convert.Int4Target, m quant.Matrix, h *Hessian, ferr erro
 		if ferr != nil {
 			setPhase("heldout")
 			rep.OutErrRTN = heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, rtn)[0]
+			if math.IsInf(rep.OutErrRTN, 1) {
+				return nil, fmt.Errorf("%s: %w", t.Module, errOverflow)
+			}
 			r.fallback(t, rep, fmt.Sprintf("%v (damping tried up to the mean diagonal)", ferr))
 		} else {
 			r.fallback(t, rep, fmt.Sprintf("GPTQ's held-out output error %.4g is above round to nearest's %.4g", rep.OutErr, rep.OutErrRTN))
