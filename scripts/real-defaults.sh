@@ -35,6 +35,8 @@ rows=(
 	"dith-g64 dith $g64 --act-order"
 	"dith-g32 dith w4a16 --group 32 --act-order"
 	"calib-domain orig $g64 --act-order --samples $work/calib-domain.txt"
+	"w8a8 orig w8a8"
+	"w8a8-actorder orig w8a8 --act-order"
 )
 want=" $* "
 for row in "${rows[@]}"; do
