@@ -78,7 +78,7 @@ func (nearest) dequantizeRow(g Grid, _ int, w, dst []float32) {
 // the Hessian never saw. It works through blocks of W's rows, so the head
 // needs no full float32 copy; after each block it calls done (if set), so
 // that a mapped matrix can drop the pages it read. NaN when there are no
-// rows.
+// rows (or W's output is zero); +Inf when X W^T is not finite in float32.
 func heldOutErr(x []float32, t int, m quant.Matrix, g Grid, done func(), results ...dequantizer) []float64 {
 	out := make([]float64, len(results))
 	if t == 0 {
@@ -120,6 +120,9 @@ func heldOutErr(x []float32, t int, m quant.Matrix, g Grid, done func(), results
 	}
 	for i := range out {
 		out[i] = errs[i] / base
+		if math.IsInf(base, 0) || math.IsNaN(base) {
+			out[i] = math.Inf(1)
+		}
 	}
 	return out
 }

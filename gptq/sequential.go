@@ -1,8 +1,10 @@
 package gptq
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"runtime/debug"
 	"time"
@@ -408,6 +410,9 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 		w := l.Linear(lm.name)
 		m := quant.F32Matrix(t.N, t.K, *w)
 		res, err := r.module(t, m, h, ferr, p.String(), t0, nil)
+		if errors.Is(err, errOverflow) {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -500,6 +505,9 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 		errs := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, res, nearest{})
 		rep.OutErr, rep.OutErrRTN = errs[0], errs[1]
 		r.mark("heldout")
+		if math.IsInf(rep.OutErr, 1) || math.IsInf(rep.OutErrRTN, 1) {
+			return nil, fmt.Errorf("%s: %w", t.Module, errOverflow)
+		}
 	}
 	if ferr == nil && (rep.OutErr > rep.OutErrRTN || r.c.retryAll) {
 		var err error
@@ -520,6 +528,9 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 		if ferr != nil {
 			setPhase("heldout")
 			rep.OutErrRTN = heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, rtn)[0]
+			if math.IsInf(rep.OutErrRTN, 1) {
+				return nil, fmt.Errorf("%s: %w", t.Module, errOverflow)
+			}
 			r.fallback(t, rep, fmt.Sprintf("%v (damping tried up to the mean diagonal)", ferr))
 		} else {
 			r.fallback(t, rep, fmt.Sprintf("GPTQ's held-out output error %.4g is above round to nearest's %.4g", rep.OutErr, rep.OutErrRTN))
@@ -538,6 +549,11 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 	return res, nil
 }
 
+// errOverflow is a module whose float output on the held-out rows is not
+// finite: its weights are too large for the layer's forward, which the
+// quantized codes (clamped to the grid's range) would hide.
+var errOverflow = errors.New("its float output on the held-out rows is not finite: the forward overflowed float32 (extreme weights or activations); no result is given")
+
 // RetryDamps are the dampings a module is solved again with, in turn,
 // while its GPTQ codes at the requested damping lose to round to nearest
 // on held-out rows (an overfitted Hessian, barely more rows than channels:
@@ -548,6 +564,8 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 // falls with damping up to 1 and rises again at 10 (0.01: 0.0566,
 // 0.1: 0.0427, 1: 0.0338, 3.16: 0.0340, 10: 0.0360, round to nearest
 // 0.0413), so 1 comes first; 0.1 is for a module that loses only a little.
+// On the real model at 2048 tokens, 23 of 30 down_proj modules (K = 1536,
+// 1844 Hessian rows) lose at 0.01 and every one wins at 1.
 var RetryDamps = []float64{1, 0.1}
 
 // retry solves m again at each of RetryDamps above the damping that lost,

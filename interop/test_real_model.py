@@ -76,7 +76,34 @@ def gguf_importable(tmp_path):
     sys.path.insert(0, str(tmp_path))
 
 
-def test_real_tokenizer_matches_transformers_gguf(sparkconv, real, tmp_path):
+@pytest.fixture(scope="module")
+def gguf_metadata_once():
+    """transformers parses the whole GGUF for its metadata (config and
+    vocabulary) at every AutoTokenizer and AutoModel load; the parse, not
+    the tensors, is the same each time, so this module parses it once:
+    load_gguf_checkpoint's return_tensors=False results are kept per path
+    and handed out as copies. The tensors (return_tensors=True) are read by
+    transformers itself every time."""
+    need("transformers")
+    import copy
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    load, kept = gguf_utils.load_gguf_checkpoint, {}
+
+    def load_once(path, return_tensors=False, **kw):
+        if return_tensors or kw:
+            return load(path, return_tensors=return_tensors, **kw)
+        if path not in kept:
+            kept[path] = load(path, return_tensors=False)
+        return copy.deepcopy(kept[path])
+
+    gguf_utils.load_gguf_checkpoint = load_once
+    yield
+    gguf_utils.load_gguf_checkpoint = load
+
+
+def test_real_tokenizer_matches_transformers_gguf(sparkconv, real, tmp_path, gguf_metadata_once):
     need("transformers")
     tokenizers = need("tokenizers")
     gguf_importable(tmp_path)
@@ -122,7 +149,7 @@ def test_real_forward_matches_torch(sparkconv, real, tmp_path):
     report("real-forward-torch", positions=len(ids), logits_snr_db=round(s, 1), top1=f"{top1}/{len(ids)}")
 
 
-def test_real_mapping_matches_transformers_gguf(sparkconv, real, tmp_path):
+def test_real_mapping_matches_transformers_gguf(sparkconv, real, tmp_path, gguf_metadata_once):
     """The whole mapping against a reader we did not write: transformers
     loads the GGUF itself (its own dequantization and Q/K un-permute) as
     LlamaForCausalLM in float32. With its SiLU swapped for the GEGLU

@@ -25,7 +25,7 @@ score() { # NAME BASE BUILD
 score "dither$frac-vs-original" "$orig" "$dith"
 for base in "$orig" "$dith"; do
 	b=$(basename "$base")
-	for row in "rtn-g32 --group 32 --rtn" "rtn-g64 --group 64 --rtn" "gptq-g32 --group 32 --tokens 2048" "gptq-g64 --group 64 --tokens 2048"; do
+	for row in "rtn-g32 --group 32 --rtn" "rtn-g64 --group 64 --rtn" "gptq-g32 --group 32 --tokens 2048 --act-order=false" "gptq-g64 --group 64 --tokens 2048 --act-order=false"; do
 		read -r name flags <<<"$row"
 		out=$work/$b-w4a16-$name
 		# shellcheck disable=SC2086

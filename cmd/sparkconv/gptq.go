@@ -15,7 +15,7 @@ func init() {
 	var o convert.GPTQOptions
 	var keep keepFlags
 	cmd := &cobra.Command{
-		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn] [--no-search] [--keep-float N]",
+		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order=false] [--rtn] [--no-search] [--keep-float N]",
 		Short: "Write a GPTQ-format 4-bit checkpoint (W4A8 on vLLM's CPU int4_scaled_mm_cpu kernel)",
 		Long: `Quantizes the 5 linears of every layer to 4 bits on GPTQ's symmetric grid
 (w = (q - 8) * scale, one fp16 scale per group of --group input channels) and
@@ -55,7 +55,7 @@ precision.` + calibHelp,
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd)
+	kf.register(cmd, true)
 	keep.register(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")

@@ -15,7 +15,7 @@ func init() {
 	var kf calibFlags
 	var o convert.W4A16Options
 	cmd := &cobra.Command{
-		Use:   "w4a16 --model DIR --out DIR [--group 128] [--quant-head] [--pack portable|avx512|avx2] [--samples FILE] [--tokens N] [--damp F] [--act-order] [--rtn] [--no-search]",
+		Use:   "w4a16 --model DIR --out DIR [--group 128] [--quant-head] [--pack portable|avx512|avx2] [--samples FILE] [--tokens N] [--damp F] [--act-order=false] [--rtn] [--no-search]",
 		Short: "Write a cpu_int4 4-bit checkpoint for torch's CPU tinygemm kernel (W4A16, bf16 activations)",
 		Long: `Quantizes the 5 linears of every layer to 4 bits on tinygemm's asymmetric grid
 (w = (q - 8) * scale + zero, scale and float zero per group of --group input
@@ -42,7 +42,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd)
+	kf.register(cmd, true)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64, 128 or 256")
 	f.StringVar(&o.Pack, "pack", "portable", "qweight layout: portable, avx512 or avx2")

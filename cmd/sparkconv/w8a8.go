@@ -62,7 +62,7 @@ their measured cost.` + calibHelp,
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd)
+	kf.register(cmd, false)
 	kf.registerSmooth(cmd)
 	keep.register(cmd)
 	rootCmd.AddCommand(cmd)
