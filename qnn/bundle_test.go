@@ -2,6 +2,7 @@ package qnn
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,9 +36,18 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec Precision) (export
 	for i := range ids {
 		ids[i] = (i*37 + 11) % ref.Cfg.VocabSize
 	}
-	calib, hold := SamplePositions(4, 3, len(ids)-1)
-	pos := Positions{Calib: calib, Held: hold, Observe: ObservePositions(12, len(ids)-1, calib, hold)}
-	tr, err := NewTrace(ref, man, ids, hold)
+	heldIDs := make([]int, man.Context)
+	for i := range heldIDs {
+		heldIDs[i] = (i*53 + 5) % ref.Cfg.VocabSize
+	}
+	calib, _ := SamplePositions(4, 0, len(ids)-1)
+	hold := []int{0, 1, 2}
+	pos := Positions{Calib: calib, Held: hold, Observe: ObservePositions(12, len(ids)-1, calib, nil)}
+	tr, err := NewTrace(ref, man, ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	htr, err := NewTrace(ref, man, heldIDs, hold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +56,11 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec Precision) (export
 	held = map[string][]Sample{}
 	var qdq []onnxgraph.GraphEntry
 	for _, e := range onnxgraph.GraphOrder(man) {
-		res, qe, h, err := BundleGraph(export, out, tr, e, pos, prec, MaskClip)
+		res, qe, err := BundleGraph(export, out, tr, e, pos, prec, RangeOptions{MaskClip: MaskClip, Headroom: Headroom})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := htr.Collect(e, hold, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,6 +239,69 @@ func TestBundleDeterministic(t *testing.T) {
 			y, _ := os.ReadFile(filepath.Join(b, name))
 			if len(x) == 0 || !bytes.Equal(x, y) {
 				t.Errorf("%s differs between two runs (%d, %d bytes)", name, len(x), len(y))
+			}
+		}
+	}
+}
+
+// TestEncodingsHeadroom: at 16-bit activations a headroom h widens every
+// observed range h times about 0, except the Softmax and Sigmoid outputs,
+// the rope tables and the fixed mask; 8-bit activations and h = 1 keep the
+// observed ranges.
+func TestEncodingsHeadroom(t *testing.T) {
+	export := exporttest.Export(t, exporttest.Golden("spark-mini-tied"), onnxgraph.ExportOptions{Context: 24})
+	man, err := onnxgraph.ReadManifest(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layer onnxgraph.GraphEntry
+	for _, e := range man.Graphs {
+		if e.Kind == onnxgraph.KindLayer {
+			layer = e
+			break
+		}
+	}
+	m, err := onnxio.ReadModelFile(filepath.Join(export, layer.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := NewPlan(m)
+	observed := Ranges{}
+	for _, a := range plan.Acts {
+		observed[a] = [2]float64{-0.5, 1}
+	}
+	fixed := Ranges{"attention_mask": {MaskClip, 0}}
+	absmax := map[string][]float64{}
+	for _, p := range plan.Params {
+		absmax[p.Name] = []float64{1}
+	}
+	names := []string{"hidden_in", "layers.0/mlp_act", "layers.0/probs", "layers.0/gate", "rope_cos", "attention_mask"}
+	for _, c := range []struct {
+		prec     Precision
+		headroom float64
+		want     [][2]float64 // per name
+	}{
+		{Precisions[0], 2, [][2]float64{{-1, 2}, {-1, 2}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}}},
+		{Precisions[0], 1, [][2]float64{{-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}}},
+		{Precisions[2], 2, [][2]float64{{-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}}},
+	} {
+		enc, err := plan.Encodings(c.prec, observed, fixed, absmax, c.headroom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]Encoding{}
+		for _, a := range enc.Activations {
+			got[a.Name] = a
+		}
+		for i, n := range names {
+			e, ok := got[n]
+			if !ok {
+				t.Fatalf("no encoding for %s", n)
+			}
+			lo, hi := e.MinMax(0)
+			step := float64(e.Scale[0])
+			if math.Abs(lo-c.want[i][0]) > step || math.Abs(hi-c.want[i][1]) > step {
+				t.Errorf("%s headroom %g: %s encodes [%g, %g], want [%g, %g]", c.prec.Name, c.headroom, n, lo, hi, c.want[i][0], c.want[i][1])
 			}
 		}
 	}

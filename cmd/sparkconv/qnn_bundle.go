@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/calib"
+	"sparkconv/eval"
 	"sparkconv/fixtures"
 	"sparkconv/forward"
 	"sparkconv/infile"
@@ -36,8 +37,9 @@ const bundleBarDB = 20.0
 
 type qnnBundleFlags struct {
 	model, export, out, samples, precision, ortLib string
+	heldSamples                                    string
 	positions, observe, held, threads              int
-	maskClip                                       float64
+	maskClip, headroom                             float64
 	force, allowShort                              bool
 }
 
@@ -83,13 +85,15 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
 	fl.IntVar(&f.positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
-	fl.IntVar(&f.held, "held-out", 8, "held-out positions for the simulation")
+	fl.IntVar(&f.held, "held-out", 256, "held-out positions for the simulation: every position 0..N-1 of the held-out text")
+	fl.StringVar(&f.heldSamples, "held-out-samples", "", "held-out text the simulation scores (as --samples); default: eval's built-in held-out text, disjoint from the calibration corpus")
+	fl.Float64Var(&f.headroom, "headroom", qnn.Headroom, "factor widening each 16-bit activation's observed range (1: min/max as observed)")
 	fl.Float64Var(&f.maskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
 	fl.StringVar(&f.ortLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
 	fl.BoolVar(&f.force, "force", false, "write a bundle below the SNR bar, and replace an existing output folder")
 	fl.BoolVar(&f.allowShort, "allow-short", false, "bundle calibration text shorter than the export's context, with a warning giving the numbers")
-	freeForm(cmd, "model", "export", "out", "samples", "ort-lib")
+	freeForm(cmd, "model", "export", "out", "samples", "held-out-samples", "ort-lib")
 	var precisions []string
 	for _, p := range qnn.Precisions {
 		precisions = append(precisions, p.Name)
@@ -100,6 +104,7 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	intIn(cmd, "held-out", 1, 4096)
 	intIn(cmd, "threads", 0, 1024)
 	floatIn(cmd, "mask-clip", -1e6, -1e-9)
+	floatIn(cmd, "headroom", 1, 16)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -116,10 +121,10 @@ func (f *qnnBundleFlags) check() (qnn.Precision, error) {
 	return prec, nil
 }
 
-// bundleText returns the calibration samples, where they came from, and
-// the sha256 of their bytes.
-func bundleText(path string) ([]calib.Text, string, string, error) {
-	data, name := []byte(fixtures.Corpus), "embedded calibration corpus"
+// bundleText returns the calibration samples (def and its name when path
+// is empty), where they came from, and the sha256 of their bytes.
+func bundleText(path, def, defName string) ([]calib.Text, string, string, error) {
+	data, name := []byte(def), defName
 	if path != "" {
 		var err error
 		if data, err = infile.ReadFile(path, infile.TextMax); err != nil {
@@ -188,7 +193,11 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 	if err != nil {
 		return err
 	}
-	texts, source, textSHA, err := bundleText(f.samples)
+	texts, source, textSHA, err := bundleText(f.samples, fixtures.Corpus, "embedded calibration corpus")
+	if err != nil {
+		return err
+	}
+	heldTexts, heldSource, heldSHA, err := bundleText(f.heldSamples, eval.HeldOut, eval.HeldOutName)
 	if err != nil {
 		return err
 	}
@@ -204,9 +213,24 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 	if err := checkBundleText(cmd, f, source, ids, unk, ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow); err != nil {
 		return err
 	}
-	calibPos, heldPos := qnn.SamplePositions(f.positions, f.held, len(ids)-1)
-	pos := qnn.Positions{Calib: calibPos, Held: heldPos, Observe: qnn.ObservePositions(f.observe, len(ids)-1, calibPos, heldPos)}
-	trace, err := qnn.NewTrace(ref, man, ids, heldPos)
+	heldIDs, _, err := streamTokens(f.model, heldTexts, ref.Cfg.VocabSize, f.held)
+	if err != nil {
+		return err
+	}
+	if err := qnn.CheckHeldOut(len(heldIDs), f.held, man.Context); err != nil {
+		return fmt.Errorf("%s: %w", heldSource, err)
+	}
+	calibPos, _ := qnn.SamplePositions(f.positions, 0, len(ids)-1)
+	heldPos := make([]int, f.held)
+	for i := range heldPos {
+		heldPos[i] = i
+	}
+	pos := qnn.Positions{Calib: calibPos, Held: heldPos, Observe: qnn.ObservePositions(f.observe, len(ids)-1, calibPos, nil)}
+	trace, err := qnn.NewTrace(ref, man, ids, nil)
+	if err != nil {
+		return err
+	}
+	heldTrace, err := qnn.NewTrace(ref, man, heldIDs, heldPos)
 	if err != nil {
 		return err
 	}
@@ -230,7 +254,8 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		EncodingsVer: qnn.EncodingsVersion, Graphs: map[string]*qnn.GraphResult{},
 		Export: qnn.BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity},
 		Calibration: qnn.BundleCalibration{Source: source, TextSHA256: textSHA, Samples: len(texts), Tokens: len(ids),
-			Observed: pos.Observe, Kernels: kernels.Family(), Positions: calibPos, HeldOut: heldPos, Seconds: round2(traced.Seconds())},
+			Observed: pos.Observe, Kernels: kernels.Family(), Positions: calibPos, HeldOut: heldPos, HeldOutSource: heldSource, HeldOutSHA256: heldSHA,
+			Headroom: f.headroom, Seconds: round2(traced.Seconds())},
 		Mask: qnn.BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{f.maskClip, 0},
 			Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}}
 	graphs := onnxgraph.GraphOrder(man)
@@ -244,11 +269,12 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 		}
 		bar.Describe(e.File)
 		t0 := time.Now()
-		res, qe, held, err := qnn.BundleGraph(f.export, d.Path(), trace, e, pos, prec, f.maskClip)
+		res, qe, err := qnn.BundleGraph(f.export, d.Path(), trace, e, pos, prec, qnn.RangeOptions{MaskClip: f.maskClip, Headroom: f.headroom})
 		if err != nil {
 			return err
 		}
 		t1 := time.Now()
+		held := func(fn func(qnn.Sample) error) error { return heldTrace.Samples(e, heldPos, true, fn) }
 		sim, err := verify.Simulate(filepath.Join(d.Path(), qnn.QDQDir, e.File), e, held, f.threads)
 		if err != nil {
 			return err
@@ -260,6 +286,7 @@ func runQNNBundle(cmd *cobra.Command, f *qnnBundleFlags) error {
 			res.SNRDelta = finite(float64(*sim.Delta))
 		}
 		res.Top1 = sim.Top1
+		res.SNRWorst, res.WorstPos = finite(float64(sim.Worst)), sim.WorstPos
 		if (e.Kind == onnxgraph.KindLayer || e.Kind == onnxgraph.KindBlock) && v < worst {
 			worst, worstName = v, e.Name
 		}
