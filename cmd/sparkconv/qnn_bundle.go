@@ -68,8 +68,14 @@ The attention mask is encoded over [--mask-clip, 0] (default -50), not
 [mask_value, 0]: the runtime keeps writing mask_value (-1e4), the input
 quantizer saturates it, and exp(-50) still hides the slot.
 
-Each QDQ graph then runs in ONNX Runtime on held-out positions against the
-float32 reference: SNR of hidden_out and of the residual delta, the head's
+16-bit activation ranges are the observed ones widened --headroom times
+(default 2; not the Softmax/Sigmoid outputs, the rope tables or the mask):
+text the calibration never saw goes past the observed ranges.
+
+Each QDQ graph then runs in ONNX Runtime against the float32 reference on
+held-out text (--held-out-samples, default eval's built-in held-out text),
+at every position 0..--held-out-1: SNR of hidden_out and of the residual
+delta, each position weighted equally, the worst position, the head's
 top-1 agreement. A bundle whose worst layer scores below 20 dB (w8a8
 typically) is refused unless --force (which also replaces an existing OUT).`,
 		Example: `  sparkconv qnn-bundle --model /tmp/spark-tiny --export /tmp/spark-tiny-onnx --out /tmp/spark-tiny-qnn
