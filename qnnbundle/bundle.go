@@ -46,46 +46,60 @@ type GraphResult struct {
 	// Filled by the simulation.
 	SNR      *float64 `json:"snr_db"`
 	SNRDelta *float64 `json:"snr_delta_db,omitempty"`
+	// SNRWorst is the lowest SNR of a single held-out position, at
+	// WorstPos.
+	SNRWorst *float64 `json:"snr_worst_db,omitempty"`
+	WorstPos int      `json:"worst_position"`
 	Top1     *float64 `json:"top1_agree,omitempty"`
 	Held     int      `json:"held_out_samples"`
 }
 
 // Positions are the stream positions a bundle uses: Observe set the
-// activation ranges, Calib go into the npz (a subset of Observe), Held are
-// kept out of both for the simulation.
+// activation ranges and Calib go into the npz (a subset of Observe), both
+// positions of the calibration trace; Held are positions of the held-out
+// trace (text the ranges never saw), where the simulation is scored.
 type Positions struct {
 	Observe, Calib, Held []int
 }
 
+// RangeOptions say how observed ranges become activation encodings.
+type RangeOptions struct {
+	// MaskClip is the low end of the attention mask's encoding (MaskClip);
+	// calibration feeds the mask clamped to it, as the input quantizer
+	// delivers it.
+	MaskClip float64
+	// Headroom widens every observed range of a 16-bit activation by this
+	// factor about 0 (1: the observed min/max); see qnn.EncodingPlan.Encodings.
+	Headroom float64
+}
+
 // BundleGraph calibrates one graph of the export in dir on the trace and
 // writes its .aimet folder, its calibration npz and its QDQ simulation
-// graph under out. It returns what it wrote, the QDQ graph's manifest
-// entry and the held-out samples (with the reference's outputs). maskClip
-// is the low end of the attention mask's encoding (MaskClip); calibration
-// feeds the mask clamped to it, as the input quantizer delivers it.
-func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Positions, prec qnn.Precision, maskClip float64) (*GraphResult, *onnxgraph.GraphEntry, []Sample, error) {
+// graph under out. It returns what it wrote and the QDQ graph's manifest
+// entry.
+func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Positions, prec qnn.Precision, opt RangeOptions) (*GraphResult, *onnxgraph.GraphEntry, error) {
 	src := filepath.Join(dir, e.File)
 	if e.ExternalData != nil {
-		return nil, nil, nil, fmt.Errorf("%s keeps its weights in %s: qnn-bundle reads graphs with inline weights (every graph under 2 GiB)", e.File, e.ExternalData.Name)
+		return nil, nil, fmt.Errorf("%s keeps its weights in %s: qnn-bundle reads graphs with inline weights (every graph under 2 GiB)", e.File, e.ExternalData.Name)
 	}
 	m, err := onnxio.ReadModelFile(src)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	plan := qnn.NewEncodingPlan(m)
 	g, err := onnxeval.Load(m)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	fixed := qnn.Ranges{}
 	for _, in := range e.Inputs {
 		if strings.HasPrefix(in.Name, "attention_mask") {
-			fixed[in.Name] = [2]float64{maskClip, 0}
+			fixed[in.Name] = [2]float64{opt.MaskClip, 0}
 		}
 	}
 	ranges := qnn.Ranges{}
 	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	absmax := map[string][]float64{}
 	for _, p := range plan.Params {
@@ -97,34 +111,30 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		absmax[p.Name] = qnn.ParamAbsMax(v.F, dims, p.Axis)
 	}
 	g = nil // the interpreter's float32 copy of the weights is done with
-	enc, err := plan.Encodings(prec, ranges, fixed, absmax)
+	enc, err := plan.Encodings(prec, ranges, fixed, absmax, opt.Headroom)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	calib, err := t.Collect(e, pos.Calib, false)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	res := &GraphResult{Name: e.Name, Dir: e.Name + ".aimet", Samples: len(calib), Observed: len(pos.Observe), Held: len(pos.Held),
 		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns)}
 	if err := res.write(out, src, e, enc, calib); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	qm, err := QDQModel(m, enc, plan.Params)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	info, err := onnxio.WriteFile(filepath.Join(out, QDQDir, e.File), onnxio.Model{Proto: qm}, onnxio.WriteOptions{})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	qe := e
 	qe.SHA256, qe.Bytes, qe.ExternalData = info.SHA256, info.Size, nil
-	held, err := t.Collect(e, pos.Held, true)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return res, &qe, held, nil
+	return res, &qe, nil
 }
 
 // observe runs the graph on one sample and widens the range of every
@@ -281,7 +291,14 @@ type BundleCalibration struct {
 	Tokens     int    `json:"tokens"`
 	Observed   []int  `json:"observed_positions"`
 	Positions  []int  `json:"positions"`
-	HeldOut    []int  `json:"held_out_positions"`
+	// HeldOut are the positions of the held-out text (HeldOutSource, its
+	// bytes' sha256 HeldOutSHA256) the simulation scores.
+	HeldOut       []int  `json:"held_out_positions"`
+	HeldOutSource string `json:"held_out_source"`
+	HeldOutSHA256 string `json:"held_out_sha256"`
+	// Headroom is the factor every 16-bit activation's observed range was
+	// widened by (RangeOptions.Headroom).
+	Headroom float64 `json:"headroom"`
 	// Kernels is the kernel family that ran the capture's forward
 	// (kernels.Family): the ranges are byte-identical per family.
 	Kernels string `json:"kernels"`

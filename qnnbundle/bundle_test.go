@@ -36,9 +36,18 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec qnn.Precision) (ex
 	for i := range ids {
 		ids[i] = (i*37 + 11) % ref.Cfg.VocabSize
 	}
-	calib, hold := SamplePositions(4, 3, len(ids)-1)
-	pos := Positions{Calib: calib, Held: hold, Observe: ObservePositions(12, len(ids)-1, calib, hold)}
-	tr, err := NewTrace(ref, man, ids, hold)
+	heldIDs := make([]int, man.Context)
+	for i := range heldIDs {
+		heldIDs[i] = (i*53 + 5) % ref.Cfg.VocabSize
+	}
+	calib, _ := SamplePositions(4, 0, len(ids)-1)
+	hold := []int{0, 1, 2}
+	pos := Positions{Calib: calib, Held: hold, Observe: ObservePositions(12, len(ids)-1, calib, nil)}
+	tr, err := NewTrace(ref, man, ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	htr, err := NewTrace(ref, man, heldIDs, hold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +56,11 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec qnn.Precision) (ex
 	held = map[string][]Sample{}
 	var qdq []onnxgraph.GraphEntry
 	for _, e := range onnxgraph.GraphOrder(man) {
-		res, qe, h, err := BundleGraph(export, out, tr, e, pos, prec, qnn.MaskClip)
+		res, qe, err := BundleGraph(export, out, tr, e, pos, prec, RangeOptions{MaskClip: qnn.MaskClip, Headroom: qnn.Headroom})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := htr.Collect(e, hold, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,6 +250,25 @@ func TestBundleDeterministic(t *testing.T) {
 			if len(x) == 0 || !bytes.Equal(x, y) {
 				t.Errorf("%s differs between two runs (%d, %d bytes)", name, len(x), len(y))
 			}
+		}
+	}
+}
+
+// TestCheckHeldOut: the held-out text must give every scored position and
+// the window must fit the export's context; each refusal names the numbers.
+func TestCheckHeldOut(t *testing.T) {
+	for _, c := range []struct {
+		tokens, n, context int
+		want               string
+	}{
+		{300, 256, 1024, ""},
+		{256, 256, 256, ""},
+		{100, 256, 1024, "the held-out text gives 100 tokens, fewer than the 256 held-out positions"},
+		{2000, 2000, 1024, "--held-out 2000: the export's context holds 1024 positions"},
+	} {
+		err := CheckHeldOut(c.tokens, c.n, c.context)
+		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("CheckHeldOut(%d, %d, %d) = %v, want %q", c.tokens, c.n, c.context, err, c.want)
 		}
 	}
 }

@@ -247,3 +247,16 @@ func CheckTextLength(tokens, context, window int, allowShort bool) (warn string,
 	}
 	return "", fmt.Errorf("%s; give longer --samples (or --allow-short to bundle it anyway)", msg)
 }
+
+// CheckHeldOut is the rule on the held-out text: it must give the n
+// positions the simulation scores (0..n-1, the first positions of a
+// conversation included), and n must fit the export's context.
+func CheckHeldOut(tokens, n, context int) error {
+	if n > context {
+		return fmt.Errorf("--held-out %d: the export's context holds %d positions", n, context)
+	}
+	if tokens < n {
+		return fmt.Errorf("the held-out text gives %d tokens, fewer than the %d held-out positions: give longer --held-out-samples or a smaller --held-out", tokens, n)
+	}
+	return nil
+}

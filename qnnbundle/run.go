@@ -2,16 +2,21 @@ package qnnbundle
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sparkconv/calib"
+	"sparkconv/fixtures/corpus"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/kernels"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
@@ -33,9 +38,12 @@ type Options struct {
 	Model, Export, Out string
 	Samples            string // calibration text file; "": the embedded corpus
 	Precision          qnn.Precision
-	Positions, HeldOut int     // calibration and held-out positions per graph
+	Positions          int     // calibration positions per graph
+	HeldOut            int     // held-out positions simulated: 0..HeldOut-1 of the held-out text
+	HeldOutSamples     string  // held-out text file; "": the built-in held-out text
 	Observe            int     // positions whose activations set the ranges
 	MaskClip           float64 // low end of the attention mask's encoding
+	Headroom           float64 // factor widening each 16-bit activation's observed range
 	ORTLib             string  // libonnxruntime.so ("": ortrun.FindORTLib's search)
 	Threads            int     // ONNX Runtime intra-op threads (0: its default)
 	Force              bool    // write below BarDB, and replace an existing Out
@@ -74,9 +82,21 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	calibPos, heldPos := SamplePositions(o.Positions, o.HeldOut, len(ids)-1)
-	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, heldPos)}
-	trace, err := NewTrace(ref, man, ids, heldPos)
+	heldIDs, err := o.heldOut(b, ref.Cfg.VocabSize, man.Context)
+	if err != nil {
+		return nil, err
+	}
+	calibPos, _ := SamplePositions(o.Positions, 0, len(ids)-1)
+	heldPos := make([]int, o.HeldOut)
+	for i := range heldPos {
+		heldPos[i] = i
+	}
+	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, nil)}
+	trace, err := NewTrace(ref, man, ids, nil)
+	if err != nil {
+		return nil, err
+	}
+	heldTrace, err := NewTrace(ref, man, heldIDs, heldPos)
 	if err != nil {
 		return nil, err
 	}
@@ -102,9 +122,10 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	b.Export = BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity}
 	b.Calibration.Observed, b.Calibration.Kernels = pos.Observe, kernels.Family()
 	b.Calibration.Positions, b.Calibration.HeldOut, b.Calibration.Seconds = calibPos, heldPos, round2(traced.Seconds())
+	b.Calibration.Headroom = o.Headroom
 	b.Mask = BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{o.MaskClip, 0},
 		Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}
-	worst, worstName, err := o.graphs(ctx, b, d.Path(), man, trace, pos)
+	worst, worstName, err := o.graphs(ctx, b, d.Path(), man, trace, heldTrace, pos)
 	if err != nil {
 		return nil, err
 	}
@@ -161,9 +182,42 @@ func (o Options) text(vocab, context, window int) (*Bundle, []int, error) {
 	return b, ids, nil
 }
 
+// heldOut reads and tokenizes the held-out text the simulation scores
+// (HeldOutSamples, or the built-in held-out text, disjoint from the
+// embedded corpus): HeldOut tokens, every one a simulated position. It
+// records the text's source and sha256 in b.
+func (o Options) heldOut(b *Bundle, vocab, context int) ([]int, error) {
+	data, source := []byte(corpus.HeldOut), corpus.HeldOutName
+	if o.HeldOutSamples != "" {
+		var err error
+		if data, err = infile.ReadFile(o.HeldOutSamples, infile.TextMax); err != nil {
+			return nil, err
+		}
+		source = o.HeldOutSamples
+	}
+	texts, err := calib.ParseSamples(data, source, strings.EqualFold(filepath.Ext(source), ".jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	tok, _, err := calib.LoadTokenizer(o.Model)
+	if err != nil {
+		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
+	}
+	ids, err := calib.Stream(tok, texts, o.HeldOut, vocab)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckHeldOut(len(ids), o.HeldOut, context); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	sum := sha256.Sum256(data)
+	b.Calibration.HeldOutSource, b.Calibration.HeldOutSHA256 = source, hex.EncodeToString(sum[:])
+	return ids, nil
+}
+
 // graphs calibrates, writes and simulates every graph of the export into
 // dir, recording each in b, and returns the worst layer's simulated SNR.
-func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, pos Positions) (float64, string, error) {
+func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace, heldTrace *Trace, pos Positions) (float64, string, error) {
 	graphs := onnxgraph.GraphOrder(man)
 	bar := progress.New(int64(len(graphs)), "qnn-bundle", false)
 	var qdq []onnxgraph.GraphEntry
@@ -175,11 +229,12 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		}
 		bar.Describe(e.File)
 		t0 := time.Now()
-		res, qe, held, err := BundleGraph(o.Export, dir, trace, e, pos, o.Precision, o.MaskClip)
+		res, qe, err := BundleGraph(o.Export, dir, trace, e, pos, o.Precision, RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom})
 		if err != nil {
 			return 0, "", err
 		}
 		t1 := time.Now()
+		held := func(fn func(Sample) error) error { return heldTrace.Samples(e, pos.Held, true, fn) }
 		sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, held, o.Threads)
 		if err != nil {
 			return 0, "", err
@@ -191,6 +246,7 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 			res.SNRDelta = finite(float64(*sim.Delta))
 		}
 		res.Top1 = sim.Top1
+		res.SNRWorst, res.WorstPos = finite(sim.Worst), sim.WorstPos
 		if (e.Kind == onnxgraph.KindLayer || e.Kind == onnxgraph.KindBlock) && v < worst {
 			worst, worstName = v, e.Name
 		}

@@ -2,6 +2,7 @@ package qnnbundle
 
 import (
 	"fmt"
+	"math"
 
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
@@ -10,13 +11,19 @@ import (
 )
 
 // SimResult is one QDQ graph's agreement with the float32 reference on the
-// held-out samples.
+// held-out samples. Every SNR weighs each position equally: it is
+// 10*log10(n / Σ_p noise_p/signal_p) over the n positions, so that a
+// position of large norm (an attention sink's residual holds thousands)
+// neither hides the others' error nor is hidden by them.
 type SimResult struct {
 	// SNR is of hidden_out (embed, layer, block) or logits (head).
 	SNR float64
 	// Delta is the SNR of the residual delta hidden_out - hidden_in: the
 	// layer's own contribution, which the residual's SNR flatters.
 	Delta *float64
+	// Worst is the lowest SNR of one position, at WorstPos.
+	Worst    float64
+	WorstPos int
 	// Top1 is the head's share of held-out positions whose arg-max logit
 	// matches the reference's.
 	Top1 *float64
@@ -29,10 +36,15 @@ type SimResult struct {
 // integer kernels.
 const SimOptimize = "basic"
 
-// Simulate runs the QDQ graph at path (a graph of the bundle's qdq/
+// Samples calls fn with each held-out sample in turn (qnn.Trace.Samples
+// with the reference's outputs), so a long held-out window is never held
+// in memory at once.
+type Samples func(fn func(Sample) error) error
+
+// Simulate runs the QDQ graph at path (a graph of qnn-bundle's qdq/
 // folder) in ONNX Runtime on the held-out samples and compares it with the
 // reference outputs captured beside them.
-func Simulate(path string, e onnxgraph.GraphEntry, held []Sample, threads int) (SimResult, error) {
+func Simulate(path string, e onnxgraph.GraphEntry, held Samples, threads int) (SimResult, error) {
 	r, err := simulateGraph(path, e, held, threads)
 	if err != nil {
 		return SimResult{}, fmt.Errorf("simulating %s: %w", e.File, err)
@@ -40,7 +52,32 @@ func Simulate(path string, e onnxgraph.GraphEntry, held []Sample, threads int) (
 	return r, nil
 }
 
-func simulateGraph(path string, e onnxgraph.GraphEntry, held []Sample, threads int) (SimResult, error) {
+// posSNR accumulates per-position noise-to-signal ratios.
+type posSNR struct {
+	n          int
+	nsr, worst float64
+	worstPos   int
+	worstSet   bool
+}
+
+func (a *posSNR) add(pos int, s quant.ErrStats) {
+	a.n++
+	r := s.SumErrSq / s.SumSq
+	if s.SumSq == 0 {
+		r = math.Inf(1)
+		if s.SumErrSq == 0 {
+			r = 0
+		}
+	}
+	a.nsr += r
+	if !a.worstSet || r > a.worst {
+		a.worst, a.worstPos, a.worstSet = r, pos, true
+	}
+}
+
+func (a *posSNR) db() float64 { return float64(-10 * math.Log10(a.nsr/float64(a.n))) }
+
+func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, threads int) (SimResult, error) {
 	s, err := ortrun.OpenSession(path, ortrun.SessionOptions{Threads: threads, Optimize: SimOptimize})
 	if err != nil {
 		return SimResult{}, err
@@ -50,33 +87,40 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held []Sample, threads i
 	if e.Kind == onnxgraph.KindHead {
 		want = "logits"
 	}
-	var main, delta quant.ErrStats
+	var main, delta posSNR
 	top1 := 0
-	for _, sm := range held {
+	err = held(func(sm Sample) error {
 		got, err := s.Run(sm.Feeds)
 		if err != nil {
-			return SimResult{}, fmt.Errorf("position %d: %w", sm.Pos, err)
+			return fmt.Errorf("position %d: %w", sm.Pos, err)
 		}
 		ref, y := sm.Want[want], got[want].Floats()
-		main.Merge(quant.Compare(ref, y))
+		main.add(sm.Pos, quant.Compare(ref, y))
 		if in, ok := sm.Feeds["hidden_in"]; ok && want == "hidden_out" {
 			dr, dy := make([]float32, len(ref)), make([]float32, len(ref))
 			for i, x := range in.F32 {
 				dr[i], dy[i] = ref[i]-x, y[i]-x
 			}
-			delta.Merge(quant.Compare(dr, dy))
+			delta.add(sm.Pos, quant.Compare(dr, dy))
 		}
 		if want == "logits" && forward.ArgMax(ref) == forward.ArgMax(y) {
 			top1++
 		}
+		return nil
+	})
+	if err != nil {
+		return SimResult{}, err
 	}
-	r := SimResult{SNR: main.SNRdB()}
+	if main.n == 0 {
+		return SimResult{}, fmt.Errorf("no held-out samples")
+	}
+	r := SimResult{SNR: main.db(), Worst: float64(-10 * math.Log10(main.worst)), WorstPos: main.worstPos}
 	if e.Kind == onnxgraph.KindLayer || e.Kind == onnxgraph.KindBlock {
-		d := delta.SNRdB()
+		d := delta.db()
 		r.Delta = &d
 	}
-	if want == "logits" && len(held) > 0 {
-		t := float64(top1) / float64(len(held))
+	if want == "logits" {
+		t := float64(top1) / float64(main.n)
 		r.Top1 = &t
 	}
 	return r, nil

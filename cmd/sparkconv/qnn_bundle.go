@@ -41,8 +41,14 @@ The attention mask is encoded over [--mask-clip, 0] (default -50), not
 [mask_value, 0]: the runtime keeps writing mask_value (-1e4), the input
 quantizer saturates it, and exp(-50) still hides the slot.
 
-Each QDQ graph then runs in ONNX Runtime on held-out positions against the
-float32 reference: SNR of hidden_out and of the residual delta, the head's
+16-bit activation ranges are the observed ones widened --headroom times
+(default 2; not the Softmax/Sigmoid outputs, the rope tables or the mask):
+text the calibration never saw goes past the observed ranges.
+
+Each QDQ graph then runs in ONNX Runtime against the float32 reference on
+held-out text (--held-out-samples, default the built-in held-out text),
+at every position 0..--held-out-1: SNR of hidden_out and of the residual
+delta, each position weighted equally, the worst position, the head's
 top-1 agreement. A bundle whose worst layer scores below 20 dB (w8a8
 typically) is refused unless --force (which also replaces an existing OUT).`,
 		Example: `  sparkconv qnn-bundle --model /tmp/spark-tiny --export /tmp/spark-tiny-onnx --out /tmp/spark-tiny-qnn
@@ -58,13 +64,15 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
 	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
-	fl.IntVar(&f.HeldOut, "held-out", 8, "held-out positions for the simulation")
+	fl.IntVar(&f.HeldOut, "held-out", 256, "held-out positions for the simulation: every position 0..N-1 of the held-out text")
+	fl.StringVar(&f.HeldOutSamples, "held-out-samples", "", "held-out text the simulation scores (as --samples); default: the built-in held-out text, disjoint from the calibration corpus")
+	fl.Float64Var(&f.Headroom, "headroom", qnn.Headroom, "factor widening each 16-bit activation's observed range (1: min/max as observed)")
 	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
 	fl.StringVar(&f.ORTLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.Threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
 	fl.BoolVar(&f.Force, "force", false, "write a bundle below the SNR bar, and replace an existing output folder")
 	fl.BoolVar(&f.AllowShort, "allow-short", false, "bundle calibration text shorter than the export's context, with a warning giving the numbers")
-	freeForm(cmd, "model", "export", "out", "samples", "ort-lib")
+	freeForm(cmd, "model", "export", "out", "samples", "held-out-samples", "ort-lib")
 	var precisions []string
 	for _, p := range qnn.Precisions {
 		precisions = append(precisions, p.Name)
@@ -75,6 +83,7 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	intIn(cmd, "held-out", 1, 4096)
 	intIn(cmd, "threads", 0, 1024)
 	floatIn(cmd, "mask-clip", -1e6, -1e-9)
+	floatIn(cmd, "headroom", 1, 16)
 	rootCmd.AddCommand(cmd)
 }
 

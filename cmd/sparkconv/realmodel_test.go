@@ -212,30 +212,39 @@ func checkGPTQBeatsRTN(t *testing.T, out string) {
 	}
 }
 
-// realQNNFloor is each graph's simulated SNR (dB) of the w8a16 bundle
-// measured here (ONNX Runtime 1.30, this host); the test allows 3 dB less.
+// realQNNFloor is each graph's simulated SNR (dB) of the w8a16 bundle of
+// the rotated real model (rotate's defaults: randomized Hadamard, down_proj
+// smoothing at alpha 0.3) at qnn-bundle's defaults (headroom 2; every
+// position 0..255 of eval's built-in held-out text, each position weighted
+// equally), measured here (ONNX Runtime 1.30, this host); the test allows
+// 3 dB less, and every layer must reach realQNNBar.
 var realQNNFloor = map[string]float64{
-	"embed": 29.0, "head": 41.3,
-	"layer_00": 29.8, "layer_01": 44.8, "layer_02": 44.6, "layer_03": 32.5, "layer_04": 44.8,
-	"layer_05": 31.0, "layer_06": 27.0, "layer_07": 45.0, "layer_08": 29.8, "layer_09": 44.6,
-	"layer_10": 44.6, "layer_11": 30.6, "layer_12": 31.1, "layer_13": 31.1, "layer_14": 31.3,
-	"layer_15": 32.0, "layer_16": 32.5, "layer_17": 30.4, "layer_18": 33.5, "layer_19": 33.4,
-	"layer_20": 34.0, "layer_21": 34.8, "layer_22": 36.5, "layer_23": 36.9, "layer_24": 30.5,
-	"layer_25": 40.2, "layer_26": 40.6, "layer_27": 41.6, "layer_28": 42.0, "layer_29": 39.9,
+	"embed": 33.4, "head": 41.7,
+	"layer_00": 42.3, "layer_01": 44.8, "layer_02": 43.7, "layer_03": 46.1, "layer_04": 46.0,
+	"layer_05": 44.0, "layer_06": 46.3, "layer_07": 46.3, "layer_08": 46.3, "layer_09": 45.4,
+	"layer_10": 45.4, "layer_11": 38.1, "layer_12": 41.2, "layer_13": 40.6, "layer_14": 41.8,
+	"layer_15": 40.7, "layer_16": 43.2, "layer_17": 43.5, "layer_18": 43.4, "layer_19": 40.9,
+	"layer_20": 43.1, "layer_21": 44.3, "layer_22": 44.1, "layer_23": 46.0, "layer_24": 39.5,
+	"layer_25": 48.1, "layer_26": 47.8, "layer_27": 47.5, "layer_28": 45.2, "layer_29": 43.6,
 }
 
-// TestRealModelQNNBundle: the w8a16 bundle of the real model's export,
-// simulated in ONNX Runtime: every graph's SNR against float no more than
-// 3 dB under what it measured here (27.0-45.0 dB), and the head's top-1
-// kept.
+// realQNNBar is the issue's bar: every layer of the w8a16 bundle at 30 dB
+// or more on held-out text.
+const realQNNBar = 30.0
+
+// TestRealModelQNNBundle: the w8a16 bundle of the rotated real model's
+// export, simulated in ONNX Runtime on held-out text: every graph's SNR
+// against float no more than 3 dB under what it measured here, every layer
+// at 30 dB or more, and the head's top-1 kept on at least 98 % of the positions.
 func TestRealModelQNNBundle(t *testing.T) {
 	m := realModel(t)
 	requireORT(t)
 	t.Parallel()
 	dir := t.TempDir()
-	exp, bundle := filepath.Join(dir, "onnx"), filepath.Join(dir, "qnn")
-	mustRun(t, "export-onnx", "--model", m, "--out", exp)
-	mustRun(t, "qnn-bundle", "--model", m, "--export", exp, "--out", bundle, "--precision", "w8a16")
+	rot, exp, bundle := filepath.Join(dir, "rot"), filepath.Join(dir, "onnx"), filepath.Join(dir, "qnn")
+	mustRun(t, "rotate", "--model", m, "--out", rot)
+	mustRun(t, "export-onnx", "--model", rot, "--out", exp)
+	mustRun(t, "qnn-bundle", "--model", rot, "--export", exp, "--out", bundle, "--precision", "w8a16")
 	var b struct {
 		Graphs map[string]struct {
 			SNR  float64  `json:"snr_db"`
@@ -258,8 +267,11 @@ func TestRealModelQNNBundle(t *testing.T) {
 		if !ok || g.SNR < floor-3 {
 			t.Errorf("%s: simulated SNR %.1f dB, below the floor %.1f - 3 dB measured here", n, g.SNR, floor)
 		}
+		if strings.HasPrefix(n, "layer_") && g.SNR < realQNNBar {
+			t.Errorf("%s: simulated SNR %.1f dB, under the %.0f dB every layer must reach", n, g.SNR, realQNNBar)
+		}
 	}
-	if h := b.Graphs["head"]; h.Top1 == nil || *h.Top1 < 1 {
-		t.Errorf("head top-1 agreement %v, want 1", h.Top1)
+	if h := b.Graphs["head"]; h.Top1 == nil || *h.Top1 < 0.98 {
+		t.Errorf("head top-1 agreement %v, want at least 0.98 (measured 1.0)", h.Top1)
 	}
 }
