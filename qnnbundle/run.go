@@ -39,7 +39,7 @@ type Options struct {
 	Samples            string // calibration text file; "": the embedded corpus
 	Precision          qnn.Precision
 	Positions          int     // calibration positions per graph
-	HeldOut            int     // held-out positions simulated: 0..HeldOut-1 of the held-out text
+	HeldOut            int     // held-out positions simulated: 0..HeldOut-1 of the held-out text (0: DefaultHeldOut, at most the export's context)
 	HeldOutSamples     string  // held-out text file; "": the built-in held-out text
 	Observe            int     // positions whose activations set the ranges
 	MaskClip           float64 // low end of the attention mask's encoding
@@ -50,6 +50,12 @@ type Options struct {
 	AllowShort         bool    // text shorter than the export's context, with a warning
 	Log                io.Writer
 }
+
+// DefaultHeldOut is how many positions of the held-out text the
+// simulation scores when Options.HeldOut is 0 (fewer where the export's
+// context is shorter): every position of a window from 0 on, the first
+// ones (few keys, the attention sink forming) included.
+const DefaultHeldOut = 256
 
 // ErrRefused is the error of a bundle that simulates below BarDB without
 // Force (errors.Is): nothing is written, the returned Bundle says why.
@@ -78,6 +84,9 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		return nil, err
 	}
 	defer ref.Close()
+	if o.HeldOut == 0 {
+		o.HeldOut = min(DefaultHeldOut, man.Context)
+	}
 	b, ids, err := o.text(ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow)
 	if err != nil {
 		return nil, err
