@@ -16,11 +16,17 @@ import (
 // embedded corpus) and returns the samples, their sources and the sha256
 // of their bytes concatenated in order.
 func ReadTexts(files []string) ([]Text, []string, string, error) {
+	return ReadTextsOr(files, corpus.Calib, corpus.CalibName)
+}
+
+// ReadTextsOr is ReadTexts with another built-in text, def (named defName
+// in the sources), for no files.
+func ReadTextsOr(files []string, def, defName string) ([]Text, []string, string, error) {
 	h := sha256.New()
 	if len(files) == 0 {
-		h.Write([]byte(corpus.Calib))
-		t, err := ParseSamples([]byte(corpus.Calib), corpus.CalibName, false)
-		return t, []string{corpus.CalibName}, hex.EncodeToString(h.Sum(nil)), err
+		h.Write([]byte(def))
+		t, err := ParseSamples([]byte(def), defName, false)
+		return t, []string{defName}, hex.EncodeToString(h.Sum(nil)), err
 	}
 	var texts []Text
 	for _, f := range files {

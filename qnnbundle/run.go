@@ -2,21 +2,17 @@ package qnnbundle
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"sparkconv/calib"
 	"sparkconv/fixtures/corpus"
 	"sparkconv/forward"
-	"sparkconv/infile"
 	"sparkconv/kernels"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
@@ -24,6 +20,7 @@ import (
 	"sparkconv/outdir"
 	"sparkconv/progress"
 	"sparkconv/qnn"
+	"sparkconv/tokenizer"
 )
 
 // BarDB is the simulated SNR every layer graph's hidden_out must reach
@@ -87,11 +84,15 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.HeldOut == 0 {
 		o.HeldOut = min(DefaultHeldOut, man.Context)
 	}
-	b, ids, err := o.text(ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow)
+	tok, unk, err := calib.LoadTokenizer(o.Model)
+	if err != nil {
+		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
+	}
+	b, ids, err := o.text(tok, unk, ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow)
 	if err != nil {
 		return nil, err
 	}
-	heldIDs, err := o.heldOut(b, ref.Cfg.VocabSize, man.Context)
+	heldIDs, err := o.heldOut(b, tok, ref.Cfg.VocabSize, man.Context)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 // tokens), applies the rules on it (qnnbundle's on its length, calib's on
 // degenerate text, every problem at once, warnings to Log), and starts the
 // bundle's record of it.
-func (o Options) text(vocab, context, window int) (*Bundle, []int, error) {
+func (o Options) text(tok *tokenizer.Tokenizer, unk, vocab, context, window int) (*Bundle, []int, error) {
 	var files []string
 	if o.Samples != "" {
 		files = []string{o.Samples}
@@ -167,10 +168,6 @@ func (o Options) text(vocab, context, window int) (*Bundle, []int, error) {
 	texts, sources, textSHA, err := calib.ReadTexts(files)
 	if err != nil {
 		return nil, nil, err
-	}
-	tok, unk, err := calib.LoadTokenizer(o.Model)
-	if err != nil {
-		return nil, nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
 	}
 	ids, err := calib.Stream(tok, texts, context, vocab)
 	if err != nil {
@@ -195,32 +192,23 @@ func (o Options) text(vocab, context, window int) (*Bundle, []int, error) {
 // (HeldOutSamples, or the built-in held-out text, disjoint from the
 // embedded corpus): HeldOut tokens, every one a simulated position. It
 // records the text's source and sha256 in b.
-func (o Options) heldOut(b *Bundle, vocab, context int) ([]int, error) {
-	data, source := []byte(corpus.HeldOut), corpus.HeldOutName
+func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int) ([]int, error) {
+	var files []string
 	if o.HeldOutSamples != "" {
-		var err error
-		if data, err = infile.ReadFile(o.HeldOutSamples, infile.TextMax); err != nil {
-			return nil, err
-		}
-		source = o.HeldOutSamples
+		files = []string{o.HeldOutSamples}
 	}
-	texts, err := calib.ParseSamples(data, source, strings.EqualFold(filepath.Ext(source), ".jsonl"))
+	texts, sources, sha, err := calib.ReadTextsOr(files, corpus.HeldOut, corpus.HeldOutName)
 	if err != nil {
 		return nil, err
-	}
-	tok, _, err := calib.LoadTokenizer(o.Model)
-	if err != nil {
-		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
 	}
 	ids, err := calib.Stream(tok, texts, o.HeldOut, vocab)
 	if err != nil {
 		return nil, err
 	}
 	if err := CheckHeldOut(len(ids), o.HeldOut, context); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
+		return nil, fmt.Errorf("%s: %w", sources[0], err)
 	}
-	sum := sha256.Sum256(data)
-	b.Calibration.HeldOutSource, b.Calibration.HeldOutSHA256 = source, hex.EncodeToString(sum[:])
+	b.Calibration.HeldOutSource, b.Calibration.HeldOutSHA256 = sources[0], sha
 	return ids, nil
 }
 
