@@ -53,16 +53,12 @@ func init() {
 		packBBF16 = packBBF16AVX2
 		matVecRows = matVecRowsAVX2
 		matVecRowsBF16 = matVecRowsBF16AVX2
+		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX2)
 	}
 	// KMOVB in the float64 transpose needs AVX512DQ (every AVX-512 CPU
 	// since Skylake-SP has it).
 	if envFamily >= familyAVX512 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ {
-		addF32ToF64 = func(dst []float64, src []float32) {
-			if len(src) > 0 {
-				_ = dst[len(src)-1]
-				addF32ToF64AVX512(&dst[0], &src[0], len(src))
-			}
-		}
+		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX512)
 		transposeAdd = transposeAddAVX512
 		matVecRows = matVecRowsAVX512
 		// bf16 rows widen into scratch and reuse the AVX-512 dot kernel,
@@ -146,6 +142,20 @@ func packANormalAVX512(dst []float32, a operand[float32], i0, rows, k, mr int, a
 
 //go:noescape
 func addF32ToF64AVX512(dst *float64, src *float32, n int)
+
+//go:noescape
+func addF32ToF64AVX2(dst *float64, src *float32, n int)
+
+// addF32ToF64Asm wraps an assembly dst[i] += float64(src[i]), checking the
+// bounds it relies on.
+func addF32ToF64Asm(f func(dst *float64, src *float32, n int)) func(dst []float64, src []float32) {
+	return func(dst []float64, src []float32) {
+		if len(src) > 0 {
+			_ = dst[len(src)-1]
+			f(&dst[0], &src[0], len(src))
+		}
+	}
+}
 
 //go:noescape
 func transposeAddF32ToF64AVX512(dst *float64, ldd int, src *float32, lds int)

@@ -5,7 +5,8 @@
 #include "textflag.h"
 
 // AVX2 B-panel packers (float32, and bf16 widened exactly in registers)
-// and the matrix-vector product in the portable kernel's summation order.
+// the matrix-vector product in the portable kernel's summation order, and
+// the float32 -> float64 accumulation of the Hessian tiles.
 
 // func widenTransBF16x8AVX2(src *uint16, lds int, dst *float32, ldd int, k8 int)
 // dst[p*ldd+r] = float32 bits src[r*lds+p] << 16 for r < 8, p < k8 (a multiple
@@ -260,6 +261,55 @@ dot4BF16AVX2_store:
 	VMOVUPS Y1, 32(DI)
 	VMOVUPS Y2, 64(DI)
 	VMOVUPS Y3, 96(DI)
+	VZEROUPPER
+	RET
+
+// func addF32ToF64AVX2(dst *float64, src *float32, n int)
+// dst[i] += float64(src[i]) for i < n.
+TEXT ·addF32ToF64AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+addF32ToF64AVX2_loop4:
+	CMPQ CX, $16
+	JLT addF32ToF64AVX2_loop1
+	VCVTPS2PD 0(SI), Y0
+	VCVTPS2PD 16(SI), Y1
+	VCVTPS2PD 32(SI), Y2
+	VCVTPS2PD 48(SI), Y3
+	VADDPD 0(DI), Y0, Y0
+	VADDPD 32(DI), Y1, Y1
+	VADDPD 64(DI), Y2, Y2
+	VADDPD 96(DI), Y3, Y3
+	VMOVUPD Y0, 0(DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	ADDQ $64, SI
+	ADDQ $128, DI
+	SUBQ $16, CX
+	JMP addF32ToF64AVX2_loop4
+addF32ToF64AVX2_loop1:
+	CMPQ CX, $4
+	JLT addF32ToF64AVX2_tail
+	VCVTPS2PD (SI), Y0
+	VADDPD (DI), Y0, Y0
+	VMOVUPD Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $4, CX
+	JMP addF32ToF64AVX2_loop1
+addF32ToF64AVX2_tail:
+	TESTQ CX, CX
+	JZ addF32ToF64AVX2_done
+	VCVTSS2SD (SI), X0, X0
+	VADDSD (DI), X0, X0
+	VMOVSD X0, (DI)
+	ADDQ $4, SI
+	ADDQ $8, DI
+	DECQ CX
+	JMP addF32ToF64AVX2_tail
+addF32ToF64AVX2_done:
 	VZEROUPPER
 	RET
 

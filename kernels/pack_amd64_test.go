@@ -43,18 +43,31 @@ func TestAddF32ToF64Helpers(t *testing.T) {
 			dst[i] += float64(v)
 		}
 	}
-	for _, n := range []int{0, 1, 7, 8, 9, 31, 32, 33, 100} {
-		src := make([]float32, n)
-		dst, want := make([]float64, n+1), make([]float64, n+1)
-		for i := range src {
-			src[i] = float32(i) + 0.25
-			dst[i], want[i] = float64(-i), float64(-i)
-		}
-		ref(want, src)
-		addF32ToF64(dst, src)
-		for i := range dst {
-			if dst[i] != want[i] {
-				t.Fatalf("n=%d: dst[%d] = %g, want %g", n, i, dst[i], want[i])
+	adders := map[string]func([]float64, []float32){"installed": addF32ToF64}
+	if cpu.X86.HasAVX2 {
+		adders["avx2"] = addF32ToF64Asm(addF32ToF64AVX2)
+	} else {
+		t.Log("skipped the avx2 adder: this host has no AVX2")
+	}
+	if cpu.X86.HasAVX512F {
+		adders["avx512"] = addF32ToF64Asm(addF32ToF64AVX512)
+	} else {
+		t.Log("skipped the avx512 adder: this host has no AVX-512")
+	}
+	for name, add := range adders {
+		for _, n := range []int{0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100} {
+			src := make([]float32, n)
+			dst, want := make([]float64, n+1), make([]float64, n+1)
+			for i := range src {
+				src[i] = float32(i)*1.0000001 + 0.25
+				dst[i], want[i] = float64(-i)/3, float64(-i)/3
+			}
+			ref(want, src)
+			add(dst, src)
+			for i := range dst {
+				if dst[i] != want[i] {
+					t.Fatalf("%s, n=%d: dst[%d] = %g, want %g", name, n, i, dst[i], want[i])
+				}
 			}
 		}
 	}
