@@ -118,28 +118,16 @@ func benchSPD(n int) []float64 {
 }
 
 func BenchmarkCholesky(b *testing.B) {
-	for _, n := range []int{2048, 6656} {
-		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
-			if n > 2048 && testing.Short() {
-				b.Skip("short")
-			}
-			h := benchSPD(n)
-			a := make([]float64, n*n)
-			copy(a, h) // first touch outside the timing
-			cpu0 := processCPU()
-			for b.Loop() {
-				copy(a, h)
-				if err := Cholesky(a, n); err != nil {
-					b.Fatal(err)
-				}
-			}
-			reportGFLOPs(b, float64(n)*float64(n)*float64(n)/3, cpu0)
-		})
-	}
+	benchFactor(b, Cholesky, 1.0/3)
 }
 
-// BenchmarkCholeskyUpperInverse is GPTQ's Hinv (chol + triangular inverse).
 func BenchmarkCholeskyUpperInverse(b *testing.B) {
+	benchFactor(b, CholeskyUpperInverse, 2.0/3)
+}
+
+// benchFactor times factor on SPD matrices of Spark's Hessian sizes,
+// counting flopsPerCube * n^3 floating-point operations a call.
+func benchFactor(b *testing.B, factor func([]float64, int) error, flopsPerCube float64) {
 	for _, n := range []int{2048, 6656} {
 		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
 			if n > 2048 && testing.Short() {
@@ -151,11 +139,11 @@ func BenchmarkCholeskyUpperInverse(b *testing.B) {
 			cpu0 := processCPU()
 			for b.Loop() {
 				copy(a, h)
-				if err := CholeskyUpperInverse(a, n); err != nil {
+				if err := factor(a, n); err != nil {
 					b.Fatal(err)
 				}
 			}
-			reportGFLOPs(b, 2*float64(n)*float64(n)*float64(n)/3, cpu0)
+			reportGFLOPs(b, flopsPerCube*float64(n)*float64(n)*float64(n), cpu0)
 		})
 	}
 }

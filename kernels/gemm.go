@@ -60,13 +60,7 @@ func (kern *microKernel[T]) packB2(dst []T, b operand[T], p0, kb, j0, cols int) 
 // m x n with row stride ldc, on all cores. A is packed completely before C
 // is written, so A may overlap C (B may not).
 func gemm[T float](m, n, k int, a, b operand[T], c []T, ldc int, alpha T, acc bool, kern *microKernel[T]) {
-	if m <= 0 || n <= 0 {
-		return
-	}
-	if k <= 0 {
-		if !acc {
-			zeroRows(c, m, n, ldc)
-		}
+	if gemmEmpty(m, n, k, c, ldc, acc) {
 		return
 	}
 	mr := kern.mr
@@ -264,17 +258,20 @@ func poolFor[T float](class int) *sync.Pool {
 	return &pool64[class]
 }
 
+// gemmEmpty handles the products with nothing to multiply: an empty C, or
+// k = 0 (C becomes zero unless accumulated). It reports whether it did.
+func gemmEmpty[T float](m, n, k int, c []T, ldc int, acc bool) bool {
+	if m > 0 && n > 0 && k <= 0 && !acc {
+		zeroRows(c, m, n, ldc)
+	}
+	return m <= 0 || n <= 0 || k <= 0
+}
+
 // gemmSerial is gemm on the calling goroutine only, for callers that
 // parallelize over their own tasks. It walks C in column chunks of kern.nc
 // so the packed B panel stays cache sized.
 func gemmSerial[T float](m, n, k int, a, b operand[T], c []T, ldc int, alpha T, acc bool, kern *microKernel[T]) {
-	if m <= 0 || n <= 0 {
-		return
-	}
-	if k <= 0 {
-		if !acc {
-			zeroRows(c, m, n, ldc)
-		}
+	if gemmEmpty(m, n, k, c, ldc, acc) {
 		return
 	}
 	mr := kern.mr

@@ -9,28 +9,7 @@ import (
 // Parallel splits [0,n) into at most GOMAXPROCS contiguous ranges of nearly
 // equal size and calls fn on each concurrently, returning when all are done.
 // The last range runs on the calling goroutine. n <= 0 does nothing.
-func Parallel(n int, fn func(lo, hi int)) {
-	if n <= 0 {
-		return
-	}
-	w := min(runtime.GOMAXPROCS(0), n)
-	if w <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (n + w - 1) / w
-	lo := 0
-	for ; lo+chunk < n; lo += chunk {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, lo+chunk)
-	}
-	fn(lo, n)
-	wg.Wait()
-}
+func Parallel(n int, fn func(lo, hi int)) { parallelGrain(n, 1, fn) }
 
 // parallelGrain is Parallel for cheap per-item work: it uses no more workers
 // than n/grain, so tiny loops stay on the calling goroutine.

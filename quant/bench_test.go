@@ -68,21 +68,20 @@ func BenchmarkInt8PerChannel(b *testing.B) {
 }
 
 func BenchmarkSym4(b *testing.B) {
-	forShapes(b, func(b *testing.B, n, k int, bits []uint16) {
-		var r Int4Result
-		for _, c := range []struct {
-			name   string
-			group  int
-			search bool
-		}{{"plain-g128", 128, false}, {"search-g128", 128, true}, {"search-g32", 32, true}} {
-			b.Run(c.name, func(b *testing.B) {
-				runBench(b, n, k, func() error { return QuantizeSym4(&r, BF16Matrix(n, k, bits), c.group, ScaleF16, c.search) })
-			})
-		}
+	bench4(b, func(r *Int4Result, m Matrix, group int, search bool) error {
+		return QuantizeSym4(r, m, group, ScaleF16, search)
 	})
 }
 
 func BenchmarkAsym4(b *testing.B) {
+	bench4(b, func(r *Int4Result, m Matrix, group int, search bool) error {
+		return QuantizeAsym4(r, m, group, ScaleBF16, search)
+	})
+}
+
+// bench4 times a 4-bit grid's quantizer at Spark's shapes: the plain rule
+// and the MSE search at group 128, and the search at group 32.
+func bench4(b *testing.B, quantize func(r *Int4Result, m Matrix, group int, search bool) error) {
 	forShapes(b, func(b *testing.B, n, k int, bits []uint16) {
 		var r Int4Result
 		for _, c := range []struct {
@@ -91,7 +90,7 @@ func BenchmarkAsym4(b *testing.B) {
 			search bool
 		}{{"plain-g128", 128, false}, {"search-g128", 128, true}, {"search-g32", 32, true}} {
 			b.Run(c.name, func(b *testing.B) {
-				runBench(b, n, k, func() error { return QuantizeAsym4(&r, BF16Matrix(n, k, bits), c.group, ScaleBF16, c.search) })
+				runBench(b, n, k, func() error { return quantize(&r, BF16Matrix(n, k, bits), c.group, c.search) })
 			})
 		}
 	})
