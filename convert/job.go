@@ -92,9 +92,17 @@ func StartAsRead(ctx context.Context, opt Options, scheme string) (*Job, error) 
 	return start(ctx, opt, scheme, false)
 }
 
-func start(ctx context.Context, opt Options, scheme string, scan bool) (*Job, error) {
+// checkPaths refuses options without an input or an output folder.
+func checkPaths(opt Options) error {
 	if opt.Model == "" || opt.Out == "" {
-		return nil, errors.New("both --model and --out are required")
+		return errors.New("both --model and --out are required")
+	}
+	return nil
+}
+
+func start(ctx context.Context, opt Options, scheme string, scan bool) (*Job, error) {
+	if err := checkPaths(opt); err != nil {
+		return nil, err
 	}
 	m, err := spark.Open(opt.Model)
 	if err != nil {
