@@ -1,14 +1,11 @@
 package convert
 
 import (
-	"context"
 	"encoding/binary"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
-	"strings"
 	"testing"
 
 	"sparkconv/fixtures/fixturestest"
@@ -138,19 +135,6 @@ func roundF16(x float64) float64 {
 	return math.RoundToEven(x/step) * step
 }
 
-func runGPTQ(t *testing.T, o Options, f GPTQ) *Report {
-	t.Helper()
-	if f.Group == 0 {
-		f.Group = 128
-	}
-	o.Quiet, o.Version = true, "test"
-	r, err := Convert(context.Background(), o, f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // TestGPTQDecode decodes a --quant-head checkpoint of the tied tiny model,
 // checks it against the input and the report, and the config.
 func TestGPTQDecode(t *testing.T) {
@@ -158,7 +142,7 @@ func TestGPTQDecode(t *testing.T) {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "gptq")
-			rep := runGPTQ(t, Options{Model: in, Out: out}, GPTQ{Group: g, QuantHead: true})
+			rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: g, QuantHead: true})
 			checkGPTQ(t, in, out, rep, g, true, false)
 		})
 	}
@@ -269,7 +253,7 @@ func checkGPTQ(t *testing.T, in, out string, rep *Report, g int, quantHead, noSe
 func TestGPTQNoSearch(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := runGPTQ(t, Options{Model: in, Out: out}, GPTQ{Group: 64, NoSearch: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 64, NoSearch: true})
 	checkGPTQ(t, in, out, rep, 64, false, true)
 	for _, r := range rep.Tensors {
 		if r.SNRdB != *r.PlainSNRdB {
@@ -282,7 +266,7 @@ func TestGPTQNoSearch(t *testing.T) {
 func TestGPTQUntiedHead(t *testing.T) {
 	in := fixturestest.Tiny(t, true)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := runGPTQ(t, Options{Model: in, Out: out}, GPTQ{QuantHead: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 128, QuantHead: true})
 	checkGPTQ(t, in, out, rep, 128, true, false)
 	names := map[string]bool{}
 	for _, r := range rep.Tensors {
@@ -317,26 +301,8 @@ func TestGPTQRefusals(t *testing.T) {
 			var o Options
 			if c.set != nil {
 				o.Model = writeConfigOnly(t, c.set)
-			} else {
-				o.Model = fixturestest.Tiny(t, false)
 			}
-			parent := t.TempDir()
-			o.Out = filepath.Join(parent, "out")
-			if err := c.f.CheckFlags(); (err != nil) != c.flag {
-				t.Errorf("CheckFlags = %v, want a usage error: %v", err, c.flag)
-			}
-			_, err := Convert(context.Background(), o, c.f, nil)
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range c.wants {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
-				t.Errorf("wrote %v before refusing", entries)
-			}
+			checkRefused(t, o, c.f, c.flag, c.wants)
 		})
 	}
 	// vocab 544 without --quant-head is fine for the check.
@@ -353,9 +319,9 @@ func TestGPTQDeterministic(t *testing.T) {
 	dir := t.TempDir()
 	o, f := Options{Model: in}, GPTQ{Group: 64, QuantHead: true}
 	o.Out = filepath.Join(dir, "a")
-	runGPTQ(t, o, f)
+	runConvert(t, o, f)
 	o.Out = filepath.Join(dir, "b")
-	runGPTQ(t, o, f)
+	runConvert(t, o, f)
 	if a, b := treeSums(t, filepath.Join(dir, "a")), treeSums(t, filepath.Join(dir, "b")); !reflect.DeepEqual(a, b) {
 		t.Errorf("two runs differ:\n%v\n%v", a, b)
 	}
@@ -366,7 +332,7 @@ func TestGPTQDeterministic(t *testing.T) {
 	}{{"sharded", 64 << 10}, {"single", 0}} {
 		c := rechoose{RTN: RTN{Grid: GridSym4, Search: true}, calls: map[string]int{}}
 		o.Out, o.MaxShardSize, f.Chooser = filepath.Join(dir, v.name), v.shard, c
-		runGPTQ(t, o, f)
+		runConvert(t, o, f)
 		got := tensorBytes(t, o.Out)
 		if len(got) != len(ref) {
 			t.Fatalf("%s: %d tensors, want %d", v.name, len(got), len(ref))

@@ -84,12 +84,7 @@ func TestReadW8A8(t *testing.T) {
 // (readW4) for the portable pack and a quantized head, and the avx512 and
 // avx2 packs against the portable one (same codes, other layouts).
 func TestReadW4A16(t *testing.T) {
-	in := fixturestest.Tiny(t, false)
-	outs := map[string]string{}
-	for _, pack := range W4A16Packs {
-		outs[pack] = filepath.Join(t.TempDir(), pack)
-		runW4A16(t, Options{Model: in, Out: outs[pack]}, W4A16{Group: 32, Pack: pack, QuantHead: true})
-	}
+	outs := buildPacks(t, fixturestest.Tiny(t, false), 32)
 	ref := openQuant(t, outs["portable"])
 	ck, err := safetensors.OpenDir(outs["portable"])
 	if err != nil {
@@ -131,7 +126,7 @@ func TestReadW4A16(t *testing.T) {
 func TestReadForward(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w4")
-	runW4A16(t, Options{Model: in, Out: out}, W4A16{Group: 32})
+	runConvert(t, Options{Model: in, Out: out}, W4A16{Group: 32})
 	base, err := OpenWeights(in)
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +207,7 @@ func b2i(b bool) int {
 func TestReadGPTQ(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
-	runGPTQ(t, Options{Model: in, Out: out}, GPTQ{Group: 32, QuantHead: true})
+	runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 32, QuantHead: true})
 	w := openQuant(t, out)
 	ck, err := safetensors.OpenDir(out)
 	if err != nil {

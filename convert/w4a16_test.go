@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -87,19 +86,6 @@ func snrOf(ref []float64, at func(n, k int) float64, n, k int) (snr, maxErr floa
 	return 10 * math.Log10(sig/noise), maxErr
 }
 
-func runW4A16(t *testing.T, o Options, f W4A16) *Report {
-	t.Helper()
-	if f.Group == 0 {
-		f.Group = 128
-	}
-	o.Quiet, o.Version = true, "test"
-	r, err := Convert(context.Background(), o, f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // TestW4A16Decode decodes a --quant-head checkpoint of the tied tiny model
 // and checks every tensor against the input and the report.
 func TestW4A16Decode(t *testing.T) {
@@ -107,7 +93,7 @@ func TestW4A16Decode(t *testing.T) {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "w4")
-			rep := runW4A16(t, Options{Model: in, Out: out, Version: "test"}, W4A16{Group: g, QuantHead: true})
+			rep := runConvert(t, Options{Model: in, Out: out, Version: "test"}, W4A16{Group: g, QuantHead: true})
 			checkW4A16(t, in, out, rep, g, true)
 		})
 	}
@@ -198,7 +184,7 @@ func checkW4A16(t *testing.T, in, out string, rep *Report, g int, quantHead bool
 func TestW4A16NoSearch(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w4")
-	rep := runW4A16(t, Options{Model: in, Out: out}, W4A16{Group: 64, NoSearch: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, W4A16{Group: 64, NoSearch: true})
 	if qc := readConfig(t, out)["quantization_config"].(map[string]any); qc["meta"].(map[string]any)["method"] != "rtn-minmax" {
 		t.Errorf("method %v", qc["meta"])
 	}
@@ -275,14 +261,24 @@ func kernelBytes(codes []uint8, n, k, blockN int) []byte {
 	return out
 }
 
+// buildPacks converts in to W4A16 with group g and a quantized head once
+// per pack, and returns the output folders by pack.
+func buildPacks(t *testing.T, in string, g int) map[string]string {
+	t.Helper()
+	dirs := map[string]string{}
+	for _, p := range W4A16Packs {
+		dirs[p] = filepath.Join(t.TempDir(), p)
+		runConvert(t, Options{Model: in, Out: dirs[p]}, W4A16{Group: g, Pack: p, QuantHead: true})
+	}
+	return dirs
+}
+
 // TestW4A16KernelPacks: --pack avx512/avx2 hold the portable output's codes
 // in the kernel's layout, byte for byte; everything else is identical.
 func TestW4A16KernelPacks(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
-	dirs := map[string]string{}
+	dirs := buildPacks(t, in, 128)
 	for _, p := range W4A16Packs {
-		dirs[p] = filepath.Join(t.TempDir(), p)
-		runW4A16(t, Options{Model: in, Out: dirs[p]}, W4A16{Pack: p, QuantHead: true})
 		if got := readConfig(t, dirs[p])["quantization_config"].(map[string]any)["pack"]; got != p {
 			t.Errorf("pack %s: config says %v", p, got)
 		}
@@ -371,27 +367,7 @@ func TestW4A16Refusals(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.o.Model == "" {
-				c.o.Model = fixturestest.Tiny(t, false)
-			}
-			parent := t.TempDir()
-			c.o.Out = filepath.Join(parent, "out")
-			flagErr := c.f.CheckFlags()
-			if (flagErr != nil) != c.flag {
-				t.Errorf("CheckFlags = %v, want a usage error: %v", flagErr, c.flag)
-			}
-			_, err := Convert(context.Background(), c.o, c.f, nil)
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range c.wants {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
-				t.Errorf("wrote %v before refusing", entries)
-			}
+			checkRefused(t, c.o, c.f, c.flag, c.wants)
 		})
 	}
 }
@@ -404,14 +380,14 @@ func TestW4A16Deterministic(t *testing.T) {
 	a, b, c := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b"), filepath.Join(t.TempDir(), "c")
 	o, f := Options{Model: in}, W4A16{Group: 64, QuantHead: true}
 	o.Out = a
-	runW4A16(t, o, f)
+	runConvert(t, o, f)
 	o.Out = b
-	runW4A16(t, o, f)
+	runConvert(t, o, f)
 	if sa, sb := treeSums(t, a), treeSums(t, b); !reflect.DeepEqual(sa, sb) {
 		t.Errorf("two runs differ:\n%v\n%v", sa, sb)
 	}
 	o.Out, o.MaxShardSize = c, 100<<10
-	runW4A16(t, o, f)
+	runConvert(t, o, f)
 	ta, tc := tensorBytes(t, a), tensorBytes(t, c)
 	if len(ta) != len(tc) {
 		t.Fatalf("%d vs %d tensors", len(ta), len(tc))
@@ -431,7 +407,7 @@ func TestW4A16Deterministic(t *testing.T) {
 func TestW4A16UntiedHead(t *testing.T) {
 	in := fixturestest.Tiny(t, true)
 	q := filepath.Join(t.TempDir(), "q")
-	rep := runW4A16(t, Options{Model: in, Out: q}, W4A16{Group: 128, QuantHead: true})
+	rep := runConvert(t, Options{Model: in, Out: q}, W4A16{Group: 128, QuantHead: true})
 	checkW4A16(t, in, q, rep, 128, true)
 	found := false
 	for _, r := range rep.Tensors {
@@ -441,7 +417,7 @@ func TestW4A16UntiedHead(t *testing.T) {
 		t.Error("lm_head.weight not reported")
 	}
 	p := filepath.Join(t.TempDir(), "p")
-	rep = runW4A16(t, Options{Model: in, Out: p}, W4A16{Group: 128})
+	rep = runConvert(t, Options{Model: in, Out: p}, W4A16{Group: 128})
 	cfg := readConfig(t, p)
 	if cfg["tie_word_embeddings"] != false || cfg["quantization_config"].(map[string]any)["lm_head"] != false {
 		t.Errorf("config %v", cfg)
@@ -487,9 +463,9 @@ func TestPlainStatsBlocks(t *testing.T) {
 func TestW4A16Rechoose(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
-	runW4A16(t, Options{Model: in, Out: a}, W4A16{QuantHead: true})
+	runConvert(t, Options{Model: in, Out: a}, W4A16{Group: 128, QuantHead: true})
 	c := rechoose{RTN: RTN{Grid: GridAsym4, Search: true}, calls: map[string]int{}}
-	runW4A16(t, Options{Model: in, Out: b}, W4A16{QuantHead: true, Chooser: c})
+	runConvert(t, Options{Model: in, Out: b}, W4A16{Group: 128, QuantHead: true, Chooser: c})
 	if !reflect.DeepEqual(tensorBytes(t, a), tensorBytes(t, b)) {
 		t.Error("output differs with a chooser that cannot recode")
 	}
