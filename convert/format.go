@@ -17,7 +17,7 @@ import (
 // Format is one output format of convert (one file: convert/<format>.go,
 // its reader beside it). Its value holds the format's options (group size,
 // head, ...); Convert asks it, in this order, for CheckFlags, Check,
-// Rounds, MixedDTypes, Grid, Targets, Method, Settings, Tensors and Config.
+// Rounds, Targets, MixedDTypes, Grid, Method, Settings, Tensors and Config.
 type Format interface {
 	// Name is the scheme: the report's "scheme" and the progress bar's
 	// label ("gptq", "w4a16", "w8a8").

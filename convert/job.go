@@ -1,10 +1,12 @@
 // Package convert writes quantized Spark checkpoints that real consumers
 // load: the shared plumbing (output folder, config.json with its
 // quantization_config, copied tokenizer files, sharded safetensors, the
-// sparkconv-report.json, job.go), the 4-bit core (int4.go) and one file per
-// output format: compressed-tensors W8A8 (w8a8.go), GPTQ-format W4A8
-// (gptq.go) and tinygemm W4A16 (w4a16.go). How codes are chosen is a
-// CodeChooser: round to nearest here, the GPTQ solve in package gptq.
+// sparkconv-report.json, job.go), the Format interface and its one runner
+// Convert (format.go), the 4-bit core (int4.go) and one file per output
+// format, a Format value with its reader: compressed-tensors W8A8
+// (w8a8.go), GPTQ-format W4A8 (gptq.go) and tinygemm W4A16 (w4a16.go). How
+// codes are chosen is a CodeChooser: round to nearest here, the GPTQ solve
+// in package gptq.
 //
 // A converter streams tensor by tensor: every output tensor is produced on
 // demand from the memory-mapped input and released once written, so peak
