@@ -39,17 +39,17 @@ func benchFull(b *testing.B, run func(o Options) (*Report, error)) {
 }
 
 func BenchmarkFullW8A8(b *testing.B) {
-	benchFull(b, func(o Options) (*Report, error) { return W8A8(context.Background(), o) })
+	benchFull(b, func(o Options) (*Report, error) { return Convert(context.Background(), o, W8A8{}, nil) })
 }
 
 func BenchmarkFullGPTQ(b *testing.B) {
 	benchFull(b, func(o Options) (*Report, error) {
-		return GPTQ(context.Background(), GPTQOptions{Options: o, Group: 128, QuantHead: true})
+		return Convert(context.Background(), o, GPTQ{Group: 128, QuantHead: true}, nil)
 	})
 }
 
 func BenchmarkFullW4A16(b *testing.B) {
 	benchFull(b, func(o Options) (*Report, error) {
-		return W4A16(context.Background(), W4A16Options{Options: o, Group: 128, QuantHead: true})
+		return Convert(context.Background(), o, W4A16{Group: 128, QuantHead: true}, nil)
 	})
 }

@@ -9,10 +9,9 @@ package convert
 // w = (q - 8) * scale, zero pinned at 8 because the CPU kernel ignores
 // qzeros) and the packers come from package quant; how codes are chosen is a
 // CodeChooser (round to nearest with a per-group MSE scale search when
-// GPTQOptions.Chooser is nil).
+// GPTQ.Chooser is nil).
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -30,47 +29,89 @@ import (
 // (MARLIN_SUPPORTED_GROUP_SIZES without -1, which sparkconv does not write).
 var GPTQGroupSizes = []int{32, 64, 128}
 
-// GPTQOptions configure a GPTQ-format conversion.
-type GPTQOptions struct {
-	Options
+// GPTQ is the GPTQ-format W4A8 output (a Format), with its options: the 5
+// linears of every layer (and the head with QuantHead) become qweight,
+// qzeros, scales and g_idx; everything else is copied bit for bit.
+type GPTQ struct {
 	Group     int  // 32, 64 or 128
 	QuantHead bool // quantize the output head (untying it from the embedding)
 	NoSearch  bool // absmax scales instead of the MSE search
 	// Chooser, if set, chooses the codes instead of round-to-nearest (on
 	// the symmetric grid; it must fill Codes and Scales).
 	Chooser CodeChooser
-	// Solver, if set, chooses every code before writing (calibrated GPTQ).
-	Solver Solver
 	// Keep, if set, are linears kept in float: copied, and excluded by a
 	// negative dynamic rule.
 	Keep *KeepFloat
 }
 
-// CheckFlags validates the flag values (usage errors).
-func (o GPTQOptions) CheckFlags() error {
-	if !slices.Contains(GPTQGroupSizes, o.Group) {
-		return fmt.Errorf("--group %d: vLLM's CPU GPTQ path accepts group sizes %v", o.Group, GPTQGroupSizes)
+// Name is the scheme, "gptq".
+func (GPTQ) Name() string { return "gptq" }
+
+// CheckFlags validates the option values (usage errors).
+func (f GPTQ) CheckFlags() error {
+	if !slices.Contains(GPTQGroupSizes, f.Group) {
+		return fmt.Errorf("--group %d: vLLM's CPU GPTQ path accepts group sizes %v", f.Group, GPTQGroupSizes)
 	}
 	return nil
 }
 
-// GPTQChooser is the chooser the options select.
-func (o GPTQOptions) GPTQChooser() CodeChooser {
-	if o.Chooser != nil {
-		return o.Chooser
+// chooser is the chooser the options select.
+func (f GPTQ) chooser() CodeChooser {
+	if f.Chooser != nil {
+		return f.Chooser
 	}
-	return RTN{Grid: GridSym4, Search: !o.NoSearch}
+	return RTN{Grid: GridSym4, Search: !f.NoSearch}
+}
+
+// Rounds reports whether the codes are rounded to nearest (no Chooser).
+func (f GPTQ) Rounds() bool { return f.Chooser == nil }
+
+// MixedDTypes is false: the checkpoint is made for one activation dtype.
+func (GPTQ) MixedDTypes() bool { return false }
+
+// Grid is the symmetric 4-bit grid with fp16 scales, whatever the model's
+// dtype (vLLM's GPTQ scales are fp16).
+func (f GPTQ) Grid(dtype.DType) GridSpec {
+	return GridSpec{Kind: GridSym4, Group: f.Group, DType: quant.ScaleF16, Search: !f.NoSearch}
+}
+
+// Targets are the 5 linears of every layer and, with QuantHead, the head,
+// less the kept ones.
+func (f GPTQ) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, f.QuantHead)) }
+
+// Method names the chooser.
+func (f GPTQ) Method() string { return f.chooser().Method() }
+
+// Settings are the 4-bit settings, a warning when vLLM will not run the
+// W4A8 kernel (a model that is not bf16), and the kept linears.
+func (f GPTQ) Settings(b *Build) map[string]any {
+	s := int4Settings(b.Grid, f.QuantHead)
+	if b.Act != dtype.BF16 {
+		s["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", b.Act)
+	}
+	return f.Keep.settings(s)
+}
+
+// Tensors are the four GPTQ tensors of every target (GPTQParts), the rest
+// copied.
+func (f GPTQ) Tensors(b *Build) ([]safetensors.Tensor, map[string]string) {
+	return b.Int4Model(f.chooser(), func(t Target) []Int4Part { return GPTQParts(t, b.Grid.Group) })
+}
+
+// Config sets quantization_config (GPTQ.QuantConfig) and the kept linears.
+func (f GPTQ) Config(b *Build) map[string]any {
+	return map[string]any{"quantization_config": f.QuantConfig(b.Job.Report.Calibration, b.Job.Opt.Version), KeepFloatKey: f.Keep.config()}
 }
 
 // vllmCPU names the target in refusals.
 const vllmCPU = "vLLM's CPU GPTQ path (CPUWNA16LinearKernel / int4_scaled_mm_cpu)"
 
-// CheckGPTQModel refuses a model vLLM's CPU path cannot load: per quantized
-// linear K and N multiples of 32 (CPUWNA16LinearKernel.can_implement) and K
-// a multiple of the group size; for a quantized head, a vocabulary that is
-// a multiple of 64.
-func CheckGPTQModel(cfg *spark.Config, o GPTQOptions) error {
-	return CheckTargets(vllmCPU, Targets(cfg, o.QuantHead), func(t Target) []string {
+// Check refuses a model vLLM's CPU path cannot load: per quantized linear K
+// and N multiples of 32 (CPUWNA16LinearKernel.can_implement) and K a
+// multiple of the group size; for a quantized head, a vocabulary that is a
+// multiple of 64. It also refuses kept units the model does not have.
+func (f GPTQ) Check(cfg *spark.Config) error {
+	err := CheckTargets(vllmCPU, Targets(cfg, f.QuantHead), func(t Target) []string {
 		var why []string
 		if t.K%32 != 0 {
 			why = append(why, fmt.Sprintf("K=%d is not a multiple of 32 (the CPU kernel needs K %% 32 == 0)", t.K))
@@ -78,17 +119,21 @@ func CheckGPTQModel(cfg *spark.Config, o GPTQOptions) error {
 		if t.N%32 != 0 {
 			why = append(why, fmt.Sprintf("N=%d is not a multiple of 32 (the CPU kernel needs N %% 32 == 0)", t.N))
 		}
-		if t.K%o.Group != 0 {
-			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (choose a group size in %v that divides it)", o.Group, t.K, GPTQGroupSizes))
+		if t.K%f.Group != 0 {
+			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (choose a group size in %v that divides it)", f.Group, t.K, GPTQGroupSizes))
 		}
 		if t.Module == "lm_head" && t.N%64 != 0 {
 			why = append(why, fmt.Sprintf("vocab_size %d is not a multiple of 64: vLLM pads the LM head's vocabulary to a multiple of 64 and copies the checkpoint into the padded parameter, which fails for a packed qweight [K/8, vocab]; drop --quant-head", t.N))
 		}
 		return why
 	})
+	if err != nil {
+		return err
+	}
+	return f.Keep.check(cfg)
 }
 
-// GPTQConfig is the quantization_config: GPTQ v1, 4 bits, symmetric,
+// QuantConfig is the quantization_config: GPTQ v1, 4 bits, symmetric,
 // desc_act false (g_idx is always k/g: vLLM's W4A8 kernel refuses
 // desc_act), g_proj kept in float through a negative `dynamic` rule, and
 // what really chose the codes in meta. Without calibration (cal nil) no
@@ -96,30 +141,30 @@ func CheckGPTQModel(cfg *spark.Config, o GPTQOptions) error {
 // reject 0 and any other value would be made up) and true_sequential and
 // static_groups are false; with it, they say what the solve did and meta
 // names the calibration text (sha256, samples, tokens).
-func GPTQConfig(o GPTQOptions, cal *Calibration, version string) map[string]any {
+func (f GPTQ) QuantConfig(cal *Calibration, version string) map[string]any {
 	mse := 0.0
-	if !o.NoSearch && o.Chooser == nil {
+	if !f.NoSearch && f.Chooser == nil {
 		mse = 2.0 // squared error, GPTQModel's `mse` norm exponent
 	}
 	meta := map[string]any{
 		"quantizer":   []string{"sparkconv:" + version},
-		"method":      o.GPTQChooser().Method(),
+		"method":      f.Method(),
 		"calibration": "none",
 		"mse":         mse,
 	}
 	dynamic := map[string]any{"-:.*g_proj": map[string]any{}}
-	o.Keep.gptqDynamic(dynamic)
-	if kept := o.Keep.Modules(); kept != nil {
+	f.Keep.gptqDynamic(dynamic)
+	if kept := f.Keep.Modules(); kept != nil {
 		meta["keep_float"] = kept
 	}
 	qc := map[string]any{
 		"quant_method":      "gptq",
 		"checkpoint_format": "gptq",
 		"bits":              4,
-		"group_size":        o.Group,
+		"group_size":        f.Group,
 		"sym":               true,
 		"desc_act":          false,
-		"lm_head":           o.QuantHead,
+		"lm_head":           f.QuantHead,
 		"pack_dtype":        "int32",
 		"dynamic":           dynamic,
 		"true_sequential":   false,
@@ -184,60 +229,6 @@ func GPTQParts(t Target, g int) []Int4Part {
 			Encode: func(dst []byte, _ *quant.Int4Result) error { return quant.PutGPTQGIdx(dst, k, g) },
 		},
 	}
-}
-
-// GPTQ converts the model in o.Model to a GPTQ W4A8 checkpoint in o.Out.
-// The flags and the model are checked before anything is written.
-func GPTQ(ctx context.Context, o GPTQOptions) (*Report, error) {
-	if err := o.CheckFlags(); err != nil {
-		return nil, err
-	}
-	cfg, err := spark.LoadConfig(o.Model)
-	if err != nil {
-		return nil, err
-	}
-	if err := CheckGPTQModel(cfg, o); err != nil {
-		return nil, err
-	}
-	if err := o.Keep.check(cfg); err != nil {
-		return nil, err
-	}
-	begin := Start
-	if o.Solver == nil && o.Chooser == nil {
-		begin = StartAsRead // round to nearest refuses NaN/Inf as it quantizes
-	}
-	j, err := begin(ctx, o.Options, "gptq")
-	if err != nil {
-		return nil, err
-	}
-	defer j.Close()
-	chooser := o.GPTQChooser()
-	j.Report.Method = chooser.Method()
-	j.Report.Settings = map[string]any{"group_size": o.Group, "search": !o.NoSearch, "quant_head": o.QuantHead, "scales_dtype": "F16"}
-	act, err := j.ActivationDType()
-	if err != nil {
-		return nil, err
-	}
-	if act != dtype.BF16 {
-		j.Report.Settings["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", act)
-	}
-	targets := o.Keep.without(Targets(cfg, o.QuantHead))
-	sol, err := j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridSym4, Group: o.Group, DType: quant.ScaleF16, Search: !o.NoSearch}, Targets: targets})
-	if err != nil {
-		return nil, err
-	}
-	if sol != nil {
-		chooser = sol
-	}
-	o.Keep.report(j.Report)
-	tensors, src := j.Int4Model(targets, func(t Target) Int4Spec {
-		return Int4Spec{Target: t, Group: o.Group, ScaleDType: quant.ScaleF16, Chooser: chooser, Grid: GridSym4, Parts: GPTQParts(t, o.Group)}
-	})
-	set := map[string]any{"quantization_config": GPTQConfig(o, j.Report.Calibration, o.Version), KeepFloatKey: o.Keep.config()}
-	if o.QuantHead {
-		set["tie_word_embeddings"] = false
-	}
-	return j.FinishInt4(tensors, src, set)
 }
 
 // gptqReader reads a GPTQ v1 4-bit checkpoint back as vLLM's CPU path runs

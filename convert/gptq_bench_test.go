@@ -18,7 +18,7 @@ func BenchmarkGPTQLinear(b *testing.B) {
 		m := quant.BF16Matrix(sh.n, sh.k, syntheticBF16(sh.n, sh.k, 1))
 		t := Target{Source: "w", Module: "w", N: sh.n, K: sh.k}
 		for _, search := range []bool{true, false} {
-			spec := Int4Spec{Target: t, Group: 128, ScaleDType: quant.ScaleF16, Grid: GridSym4,
+			spec := Int4Spec{Target: t, Grid: GridSpec{Kind: GridSym4, Group: 128, DType: quant.ScaleF16, Search: search},
 				Chooser: RTN{Grid: GridSym4, Search: search}, Parts: GPTQParts(t, 128)}
 			b.Run(fmt.Sprintf("%dx%d/search=%v", sh.n, sh.k, search), func(b *testing.B) {
 				benchEncodeInt4(b, spec, m)
@@ -41,8 +41,8 @@ func BenchmarkGPTQWrite(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				o := GPTQOptions{Options: Options{Model: in, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Quiet: true}, Group: 128, QuantHead: true, NoSearch: !search}
-				if _, err := GPTQ(context.Background(), o); err != nil {
+				o := Options{Model: in, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Quiet: true}
+				if _, err := Convert(context.Background(), o, GPTQ{Group: 128, QuantHead: true, NoSearch: !search}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

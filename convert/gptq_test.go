@@ -1,14 +1,11 @@
 package convert
 
 import (
-	"context"
 	"encoding/binary"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
-	"strings"
 	"testing"
 
 	"sparkconv/fixtures/fixturestest"
@@ -138,19 +135,6 @@ func roundF16(x float64) float64 {
 	return math.RoundToEven(x/step) * step
 }
 
-func runGPTQ(t *testing.T, o GPTQOptions) *Report {
-	t.Helper()
-	if o.Group == 0 {
-		o.Group = 128
-	}
-	o.Quiet, o.Version = true, "test"
-	r, err := GPTQ(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // TestGPTQDecode decodes a --quant-head checkpoint of the tied tiny model,
 // checks it against the input and the report, and the config.
 func TestGPTQDecode(t *testing.T) {
@@ -158,7 +142,7 @@ func TestGPTQDecode(t *testing.T) {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "gptq")
-			rep := runGPTQ(t, GPTQOptions{Options: Options{Model: in, Out: out}, Group: g, QuantHead: true})
+			rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: g, QuantHead: true})
 			checkGPTQ(t, in, out, rep, g, true, false)
 		})
 	}
@@ -269,7 +253,7 @@ func checkGPTQ(t *testing.T, in, out string, rep *Report, g int, quantHead, noSe
 func TestGPTQNoSearch(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := runGPTQ(t, GPTQOptions{Options: Options{Model: in, Out: out}, Group: 64, NoSearch: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 64, NoSearch: true})
 	checkGPTQ(t, in, out, rep, 64, false, true)
 	for _, r := range rep.Tensors {
 		if r.SNRdB != *r.PlainSNRdB {
@@ -282,7 +266,7 @@ func TestGPTQNoSearch(t *testing.T) {
 func TestGPTQUntiedHead(t *testing.T) {
 	in := fixturestest.Tiny(t, true)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := runGPTQ(t, GPTQOptions{Options: Options{Model: in, Out: out}, QuantHead: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 128, QuantHead: true})
 	checkGPTQ(t, in, out, rep, 128, true, false)
 	names := map[string]bool{}
 	for _, r := range rep.Tensors {
@@ -297,50 +281,33 @@ func TestGPTQRefusals(t *testing.T) {
 	cases := []struct {
 		name  string
 		set   map[string]any // config.json changes (nil: the tiny model)
-		o     GPTQOptions
+		f     GPTQ
 		flag  bool
 		wants []string
 	}{
-		{"group 256", nil, GPTQOptions{Group: 256}, true, []string{"--group 256", "[32 64 128]"}},
-		{"group 16", nil, GPTQOptions{Group: 16}, true, []string{"--group 16"}},
-		{"K%32", map[string]any{"intermediate_size": 784}, GPTQOptions{Group: 32}, false, []string{
+		{"group 256", nil, GPTQ{Group: 256}, true, []string{"--group 256", "[32 64 128]"}},
+		{"group 16", nil, GPTQ{Group: 16}, true, []string{"--group 16"}},
+		{"K%32", map[string]any{"intermediate_size": 784}, GPTQ{Group: 32}, false, []string{
 			"model.layers.0.mlp.down_proj.weight [256, 784] (N=256 out, K=784 in): K=784 is not a multiple of 32",
 			"model.layers.0.mlp.gate_proj.weight [784, 256] (N=784 out, K=256 in): N=784 is not a multiple of 32",
 			"(and 3 more tensors)"}},
-		{"group does not divide K", map[string]any{"intermediate_size": 800}, GPTQOptions{Group: 128}, false, []string{
+		{"group does not divide K", map[string]any{"intermediate_size": 800}, GPTQ{Group: 128}, false, []string{
 			"model.layers.0.mlp.down_proj.weight [256, 800] (N=256 out, K=800 in): --group 128 does not divide K=800"}},
-		{"vocab%64", map[string]any{"vocab_size": 544}, GPTQOptions{Group: 128, QuantHead: true}, false, []string{
+		{"vocab%64", map[string]any{"vocab_size": 544}, GPTQ{Group: 128, QuantHead: true}, false, []string{
 			"model.embed_tokens.weight [544, 256] (N=544 out, K=256 in): vocab_size 544 is not a multiple of 64: vLLM pads"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			var o Options
 			if c.set != nil {
-				c.o.Model = writeConfigOnly(t, c.set)
-			} else {
-				c.o.Model = fixturestest.Tiny(t, false)
+				o.Model = writeConfigOnly(t, c.set)
 			}
-			parent := t.TempDir()
-			c.o.Out = filepath.Join(parent, "out")
-			if err := c.o.CheckFlags(); (err != nil) != c.flag {
-				t.Errorf("CheckFlags = %v, want a usage error: %v", err, c.flag)
-			}
-			_, err := GPTQ(context.Background(), c.o)
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range c.wants {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
-				t.Errorf("wrote %v before refusing", entries)
-			}
+			checkRefused(t, o, c.f, c.flag, c.wants)
 		})
 	}
 	// vocab 544 without --quant-head is fine for the check.
 	cfg, _ := spark.ParseConfig(mustRead(t, filepath.Join(writeConfigOnly(t, map[string]any{"vocab_size": 544}), "config.json")))
-	if err := CheckGPTQModel(cfg, GPTQOptions{Group: 128}); err != nil {
+	if err := (GPTQ{Group: 128}).Check(cfg); err != nil {
 		t.Errorf("bf16 head refused: %v", err)
 	}
 }
@@ -350,11 +317,11 @@ func TestGPTQRefusals(t *testing.T) {
 func TestGPTQDeterministic(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	dir := t.TempDir()
-	o := GPTQOptions{Options: Options{Model: in}, Group: 64, QuantHead: true}
+	o, f := Options{Model: in}, GPTQ{Group: 64, QuantHead: true}
 	o.Out = filepath.Join(dir, "a")
-	runGPTQ(t, o)
+	runConvert(t, o, f)
 	o.Out = filepath.Join(dir, "b")
-	runGPTQ(t, o)
+	runConvert(t, o, f)
 	if a, b := treeSums(t, filepath.Join(dir, "a")), treeSums(t, filepath.Join(dir, "b")); !reflect.DeepEqual(a, b) {
 		t.Errorf("two runs differ:\n%v\n%v", a, b)
 	}
@@ -364,8 +331,8 @@ func TestGPTQDeterministic(t *testing.T) {
 		shard int64
 	}{{"sharded", 64 << 10}, {"single", 0}} {
 		c := rechoose{RTN: RTN{Grid: GridSym4, Search: true}, calls: map[string]int{}}
-		o.Out, o.MaxShardSize, o.Chooser = filepath.Join(dir, v.name), v.shard, c
-		runGPTQ(t, o)
+		o.Out, o.MaxShardSize, f.Chooser = filepath.Join(dir, v.name), v.shard, c
+		runConvert(t, o, f)
 		got := tensorBytes(t, o.Out)
 		if len(got) != len(ref) {
 			t.Fatalf("%s: %d tensors, want %d", v.name, len(got), len(ref))

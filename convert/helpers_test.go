@@ -1,9 +1,11 @@
 package convert
 
-// Helpers shared by the format tests: decoders written from the formats,
-// not from the writers, and file comparisons.
+// Helpers shared by the format tests: running and refusing a conversion,
+// decoders written from the formats, not from the writers, and file
+// comparisons.
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -18,6 +21,44 @@ import (
 	"sparkconv/quant"
 	"sparkconv/safetensors"
 )
+
+// runConvert converts o.Model to f in o.Out, quietly, with version "test".
+func runConvert(t *testing.T, o Options, f Format) *Report {
+	t.Helper()
+	o.Quiet, o.Version = true, "test"
+	r, err := Convert(context.Background(), o, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// checkRefused converts o.Model (the tiny model when empty) to f and wants
+// an error holding every one of wants, from f.CheckFlags when flag, and
+// nothing written.
+func checkRefused(t *testing.T, o Options, f Format, flag bool, wants []string) {
+	t.Helper()
+	if o.Model == "" {
+		o.Model = fixturestest.Tiny(t, false)
+	}
+	parent := t.TempDir()
+	o.Out = filepath.Join(parent, "out")
+	if err := f.CheckFlags(); (err != nil) != flag {
+		t.Errorf("CheckFlags = %v, want a usage error: %v", err, flag)
+	}
+	_, err := Convert(context.Background(), o, f, nil)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range wants {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
+		t.Errorf("wrote %v before refusing", entries)
+	}
+}
 
 // decBF16 decodes little-endian bf16 bytes; written here from the format,
 // not shared with the converter.

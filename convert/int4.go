@@ -207,14 +207,14 @@ func Targets(cfg *spark.Config, quantHead bool) []Target {
 	return out
 }
 
-// Int4Spec describes how one target is written.
+// Int4Spec describes how one target is written: on Grid (its kind, group
+// and parameter dtype; the kind also gives the report's plain baseline),
+// codes from Chooser, as Parts.
 type Int4Spec struct {
-	Target     Target
-	Group      int
-	ScaleDType quant.ScaleDType
-	Chooser    CodeChooser
-	Grid       Grid // for the plain baseline in the report
-	Parts      []Int4Part
+	Target  Target
+	Grid    GridSpec
+	Chooser CodeChooser
+	Parts   []Int4Part
 }
 
 // int4Scratch is the code buffer shared by the linears of a job (the writer
@@ -280,7 +280,7 @@ func (l *int4Linear) produce(p Int4Part) ([]byte, error) {
 	t := l.spec.Target
 	if p.Uses == UsesNothing {
 		dst := make([]byte, partBytes(p))
-		r := quant.Int4Result{N: t.N, K: t.K, Group: l.spec.Group}
+		r := quant.Int4Result{N: t.N, K: t.K, Group: l.spec.Grid.Group}
 		return dst, p.Encode(dst, &r)
 	}
 	l.mu.Lock()
@@ -330,7 +330,7 @@ func (l *int4Linear) codesAndParams(r *quant.Int4Result, m quant.Matrix) error {
 	if l.chosen && l.restore(r) && l.spec.Chooser.Recode(r, m) {
 		return nil
 	}
-	if err := l.spec.Chooser.Choose(r, l.spec.Target, m, l.spec.Group, l.spec.ScaleDType); err != nil {
+	if err := l.spec.Chooser.Choose(r, l.spec.Target, m, l.spec.Grid.Group, l.spec.Grid.DType); err != nil {
 		return err
 	}
 	for _, p := range l.spec.Parts {
@@ -353,11 +353,11 @@ func (l *int4Linear) codesAndParams(r *quant.Int4Result, m quant.Matrix) error {
 // restore sizes r for the target and decodes the cached parameters into it.
 func (l *int4Linear) restore(r *quant.Int4Result) bool {
 	t := l.spec.Target
-	ng := t.N * (t.K / l.spec.Group)
-	r.N, r.K, r.Group = t.N, t.K, l.spec.Group
+	ng := t.N * (t.K / l.spec.Grid.Group)
+	r.N, r.K, r.Group = t.N, t.K, l.spec.Grid.Group
 	r.Scales = slices.Grow(r.Scales[:0], ng)[:ng]
 	r.Zeros = nil
-	if l.spec.Grid == GridAsym4 {
+	if l.spec.Grid.Kind == GridAsym4 {
 		r.Zeros = slices.Grow(r.Zeros, ng)[:ng]
 	}
 	for _, p := range l.spec.Parts {
@@ -370,9 +370,10 @@ func (l *int4Linear) restore(r *quant.Int4Result) bool {
 
 func (l *int4Linear) report(r *quant.Int4Result, m quant.Matrix) error {
 	plain := r.Stats
-	if c, ok := l.spec.Chooser.(RTN); !ok || c.Search || c.Grid != l.spec.Grid {
+	g := l.spec.Grid
+	if c, ok := l.spec.Chooser.(RTN); !ok || c.Search || c.Grid != g.Kind {
 		var err error
-		if plain, err = l.spec.Grid.PlainStats(m, l.spec.Group, l.spec.ScaleDType); err != nil {
+		if plain, err = g.Kind.PlainStats(m, g.Group, g.DType); err != nil {
 			return err
 		}
 	}
@@ -380,7 +381,7 @@ func (l *int4Linear) report(r *quant.Int4Result, m quant.Matrix) error {
 	t := l.spec.Target
 	l.j.AddTensor(TensorReport{
 		Name:       t.Source,
-		Scheme:     fmt.Sprintf("%s g%d, %s", l.spec.Grid, l.spec.Group, l.spec.Chooser.Method()),
+		Scheme:     fmt.Sprintf("%s g%d, %s", g.Kind, g.Group, l.spec.Chooser.Method()),
 		Shape:      []int64{int64(t.N), int64(t.K)},
 		SNRdB:      r.Stats.SNRdB(),
 		MaxErr:     r.Stats.MaxAbs,
@@ -395,7 +396,7 @@ func (l *int4Linear) report(r *quant.Int4Result, m quant.Matrix) error {
 // codes: the per-tensor path of the writers, without a checkpoint.
 func EncodeInt4(spec Int4Spec, m quant.Matrix) ([][]byte, quant.ErrStats, error) {
 	var r quant.Int4Result
-	if err := spec.Chooser.Choose(&r, spec.Target, m, spec.Group, spec.ScaleDType); err != nil {
+	if err := spec.Chooser.Choose(&r, spec.Target, m, spec.Grid.Group, spec.Grid.DType); err != nil {
 		return nil, r.Stats, err
 	}
 	out := make([][]byte, len(spec.Parts))
@@ -408,19 +409,25 @@ func EncodeInt4(spec Int4Spec, m quant.Matrix) ([][]byte, quant.ErrStats, error)
 	return out, r.Stats, nil
 }
 
-// Int4Model lists the output tensors of a 4-bit checkpoint: every target
-// through spec(target), the rest of the model copied bit for bit. It
-// returns the tensors and the input each one reads (for WriteTensors).
-func (j *Job) Int4Model(quantized []Target, spec func(Target) Int4Spec) ([]safetensors.Tensor, map[string]string) {
+// Int4Model lists the output tensors of a 4-bit build (a Format's
+// Tensors): every target on b.Grid, its codes from the solution or else
+// from c, written as parts(target); the rest of the model copied bit for
+// bit. It returns the tensors and the input each one reads (for
+// WriteTensors).
+func (b *Build) Int4Model(c CodeChooser, parts func(Target) []Int4Part) ([]safetensors.Tensor, map[string]string) {
+	j := b.Job
+	if b.Solution != nil {
+		c = b.Solution
+	}
 	targets := map[string]Target{}
-	for _, t := range quantized {
+	for _, t := range b.Targets {
 		targets[t.Source] = t
 	}
 	var tensors []safetensors.Tensor
 	src := map[string]string{}
 	scratch := &int4Scratch{}
 	add := func(t Target) {
-		for _, out := range j.int4Linear(spec(t), scratch) {
+		for _, out := range j.int4Linear(Int4Spec{Target: t, Grid: b.Grid, Chooser: c, Parts: parts(t)}, scratch) {
 			tensors = append(tensors, out)
 			src[out.Name] = t.Source
 		}
@@ -480,6 +487,11 @@ func CheckTargets(what string, targets []Target, check ShapeCheck) error {
 	return fmt.Errorf("%s cannot load this model:\n  %s", what, strings.Join(lines, "\n  "))
 }
 
+// int4Settings are the report settings of a 4-bit build on grid g.
+func int4Settings(g GridSpec, quantHead bool) map[string]any {
+	return map[string]any{"group_size": g.Group, "search": g.Search, "quant_head": quantHead, "scales_dtype": g.DType.String()}
+}
+
 // ActivationDType is the dtype of the model's linears (all the same), the
 // activation dtype the checkpoint is made for.
 func (j *Job) ActivationDType() (dtype.DType, error) {
@@ -495,22 +507,4 @@ func (j *Job) ActivationDType() (dtype.DType, error) {
 		return "", errors.New("model has no linear layers")
 	}
 	return dt, nil
-}
-
-// FinishInt4 writes the tensors, the auxiliary files and the config
-// (keys replaced in the input's config.json), and commits the output.
-func (j *Job) FinishInt4(tensors []safetensors.Tensor, src map[string]string, config map[string]any) (*Report, error) {
-	if err := j.WriteTensors(tensors, src); err != nil {
-		return nil, err
-	}
-	if err := j.CopyAux(); err != nil {
-		return nil, err
-	}
-	if err := j.WriteConfig(config); err != nil {
-		return nil, err
-	}
-	if err := j.Commit(); err != nil {
-		return nil, err
-	}
-	return j.Report, nil
 }

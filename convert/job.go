@@ -1,10 +1,12 @@
 // Package convert writes quantized Spark checkpoints that real consumers
 // load: the shared plumbing (output folder, config.json with its
 // quantization_config, copied tokenizer files, sharded safetensors, the
-// sparkconv-report.json, job.go), the 4-bit core (int4.go) and one file per
-// output format: compressed-tensors W8A8 (w8a8.go), GPTQ-format W4A8
-// (gptq.go) and tinygemm W4A16 (w4a16.go). How codes are chosen is a
-// CodeChooser: round to nearest here, the GPTQ solve in package gptq.
+// sparkconv-report.json, job.go), the Format interface and its one runner
+// Convert (format.go), the 4-bit core (int4.go) and one file per output
+// format, a Format value with its reader: compressed-tensors W8A8
+// (w8a8.go), GPTQ-format W4A8 (gptq.go) and tinygemm W4A16 (w4a16.go). How
+// codes are chosen is a CodeChooser: round to nearest here, the GPTQ solve
+// in package gptq.
 //
 // A converter streams tensor by tensor: every output tensor is produced on
 // demand from the memory-mapped input and released once written, so peak
@@ -92,9 +94,17 @@ func StartAsRead(ctx context.Context, opt Options, scheme string) (*Job, error) 
 	return start(ctx, opt, scheme, false)
 }
 
-func start(ctx context.Context, opt Options, scheme string, scan bool) (*Job, error) {
+// checkPaths refuses options without an input or an output folder.
+func checkPaths(opt Options) error {
 	if opt.Model == "" || opt.Out == "" {
-		return nil, errors.New("both --model and --out are required")
+		return errors.New("both --model and --out are required")
+	}
+	return nil
+}
+
+func start(ctx context.Context, opt Options, scheme string, scan bool) (*Job, error) {
+	if err := checkPaths(opt); err != nil {
+		return nil, err
 	}
 	m, err := spark.Open(opt.Model)
 	if err != nil {

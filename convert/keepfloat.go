@@ -108,14 +108,16 @@ func (k *KeepFloat) config() any {
 	return rec
 }
 
-// report adds the kept modules to the report's settings.
-func (k *KeepFloat) report(r *Report) {
+// settings adds the kept modules to a report's settings s (made when s is
+// nil and there are any) and returns s.
+func (k *KeepFloat) settings(s map[string]any) map[string]any {
 	if c := k.config(); c != nil {
-		if r.Settings == nil {
-			r.Settings = map[string]any{}
+		if s == nil {
+			s = map[string]any{}
 		}
-		r.Settings["keep_float"] = c
+		s["keep_float"] = c
 	}
+	return s
 }
 
 // gptqDynamic is the negative `dynamic` rule (GPTQModel and vLLM: `-:` then

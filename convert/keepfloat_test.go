@@ -28,11 +28,11 @@ func TestKeepFloatBuilds(t *testing.T) {
 		qpart string // a quantized linear's part
 	}{
 		{"w8a8", func(out string) error {
-			_, err := W8A8With(context.Background(), W8A8Options{Options: Options{Model: in, Out: out, Quiet: true}, Keep: keep})
+			_, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W8A8{Keep: keep}, nil)
 			return err
 		}, "weight_scale"},
 		{"gptq", func(out string) error {
-			_, err := GPTQ(context.Background(), GPTQOptions{Options: Options{Model: in, Out: out, Quiet: true}, Group: 64, Keep: keep})
+			_, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, GPTQ{Group: 64, Keep: keep}, nil)
 			return err
 		}, "qweight"},
 	} {
@@ -107,11 +107,11 @@ func TestKeepFloatRefuses(t *testing.T) {
 	for _, u := range []KeepUnit{{99, []string{spark.MLPDown}}, {0, []string{spark.MLPGate}}, {0, []string{spark.GateProj}}} {
 		out := filepath.Join(t.TempDir(), "o")
 		keep := &KeepFloat{Units: []KeepUnit{u}}
-		_, err := W8A8With(context.Background(), W8A8Options{Options: Options{Model: in, Out: out, Quiet: true}, Keep: keep})
+		_, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W8A8{Keep: keep}, nil)
 		if err == nil || !strings.Contains(err.Error(), u.String()) {
 			t.Errorf("%s: %v, want it refused by name", u, err)
 		}
-		if _, err := GPTQ(context.Background(), GPTQOptions{Options: Options{Model: in, Out: out, Quiet: true}, Group: 64, Keep: keep}); err == nil {
+		if _, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, GPTQ{Group: 64, Keep: keep}, nil); err == nil {
 			t.Errorf("gptq %s: accepted", u)
 		}
 	}

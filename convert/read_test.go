@@ -44,7 +44,7 @@ func dequant(t *testing.T, w forward.Weights, name string, n, k int) ([]float32,
 func TestReadW8A8(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w8a8")
-	if _, err := W8A8(context.Background(), Options{Model: in, Out: out, Quiet: true}); err != nil {
+	if _, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W8A8{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	w := openQuant(t, out)
@@ -84,12 +84,7 @@ func TestReadW8A8(t *testing.T) {
 // (readW4) for the portable pack and a quantized head, and the avx512 and
 // avx2 packs against the portable one (same codes, other layouts).
 func TestReadW4A16(t *testing.T) {
-	in := fixturestest.Tiny(t, false)
-	outs := map[string]string{}
-	for _, pack := range W4A16Packs {
-		outs[pack] = filepath.Join(t.TempDir(), pack)
-		runW4A16(t, W4A16Options{Options: Options{Model: in, Out: outs[pack]}, Group: 32, Pack: pack, QuantHead: true})
-	}
+	outs := buildPacks(t, fixturestest.Tiny(t, false), 32)
 	ref := openQuant(t, outs["portable"])
 	ck, err := safetensors.OpenDir(outs["portable"])
 	if err != nil {
@@ -131,7 +126,7 @@ func TestReadW4A16(t *testing.T) {
 func TestReadForward(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w4")
-	runW4A16(t, W4A16Options{Options: Options{Model: in, Out: out}, Group: 32})
+	runConvert(t, Options{Model: in, Out: out}, W4A16{Group: 32})
 	base, err := OpenWeights(in)
 	if err != nil {
 		t.Fatal(err)
@@ -180,10 +175,10 @@ func TestReadForward(t *testing.T) {
 func TestRefuseQuantizedInput(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w8a8")
-	if _, err := W8A8(context.Background(), Options{Model: in, Out: out, Quiet: true}); err != nil {
+	if _, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W8A8{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, err := W8A8(context.Background(), Options{Model: out, Out: filepath.Join(t.TempDir(), "again"), Quiet: true})
+	_, err := Convert(context.Background(), Options{Model: out, Out: filepath.Join(t.TempDir(), "again"), Quiet: true}, W8A8{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "compressed-tensors W8A8") || !strings.Contains(err.Error(), "give the original") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("err = %v", err)
 	}
@@ -212,7 +207,7 @@ func b2i(b bool) int {
 func TestReadGPTQ(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
-	runGPTQ(t, GPTQOptions{Options: Options{Model: in, Out: out}, Group: 32, QuantHead: true})
+	runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 32, QuantHead: true})
 	w := openQuant(t, out)
 	ck, err := safetensors.OpenDir(out)
 	if err != nil {

@@ -66,7 +66,7 @@ func TestOutputOverlappingInputRefused(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	for _, out := range []string{in, filepath.Join(in, "w8a8"), filepath.Dir(in)} {
 		for _, force := range []bool{false, true} {
-			_, err := W8A8(context.Background(), Options{Model: in, Out: out, Force: force})
+			_, err := Convert(context.Background(), Options{Model: in, Out: out, Force: force}, W8A8{}, nil)
 			if !errors.Is(err, outdir.ErrOverlap) {
 				t.Errorf("--out %s --force=%v: %v", out, force, err)
 			}

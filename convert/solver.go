@@ -15,9 +15,10 @@ import (
 )
 
 // GridSpec is one value for what a linear is quantized to, carried from
-// the format's entry point to the solve: the grid, its group size along K
-// (0 for per-channel int8), the dtype its parameters are stored in, and
-// whether group parameters come from the MSE search or the plain rule.
+// the format (Format.Grid) to the solve (SolveSpec) and the 4-bit writer
+// (Int4Spec): the grid, its group size along K (0 for per-channel int8),
+// the dtype its parameters are stored in, and whether group parameters
+// come from the MSE search or the plain rule.
 type GridSpec struct {
 	Kind   Grid
 	Group  int

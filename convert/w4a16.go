@@ -1,10 +1,10 @@
 package convert
 
 // W4A16: torch's CPU tinygemm int4 (cpu_int4 checkpoints), the format
-// written by W4A16 below and documented in docs/formats.md#w4a16-tinygemm.
+// W4A16 below declares (Convert writes it), documented in
+// docs/formats.md#w4a16-tinygemm.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -23,9 +23,10 @@ var W4A16GroupSizes = []int{32, 64, 128, 256}
 // W4A16Packs are the qweight layouts --pack may name.
 var W4A16Packs = []string{"portable", "avx512", "avx2"}
 
-// W4A16Options configure a W4A16 conversion.
-type W4A16Options struct {
-	Options
+// W4A16 is the tinygemm cpu_int4 output (a Format), with its options: the
+// 5 linears of every layer (and the head with QuantHead) become qweight +
+// scales_and_zeros; embeddings, norms and g_proj are copied bit for bit.
+type W4A16 struct {
 	Group     int    // 32, 64, 128 or 256
 	Pack      string // "portable" (default), "avx512" or "avx2"
 	QuantHead bool   // quantize the output head (untying it)
@@ -33,46 +34,47 @@ type W4A16Options struct {
 	// Chooser, if set, chooses the codes instead of round-to-nearest (on
 	// the asymmetric grid; it must fill Codes, Scales and Zeros).
 	Chooser CodeChooser
-	// Solver, if set, chooses every code before writing (calibrated GPTQ).
-	Solver Solver
 }
 
-// CheckFlags validates the flag values (usage errors).
-func (o W4A16Options) CheckFlags() error {
-	if !slices.Contains(W4A16GroupSizes, o.Group) {
-		return fmt.Errorf("--group %d: torch's _weight_int4pack_mm_for_cpu accepts group sizes %v", o.Group, W4A16GroupSizes)
+// Name is the scheme, "w4a16".
+func (W4A16) Name() string { return "w4a16" }
+
+// CheckFlags validates the option values (usage errors).
+func (f W4A16) CheckFlags() error {
+	if !slices.Contains(W4A16GroupSizes, f.Group) {
+		return fmt.Errorf("--group %d: torch's _weight_int4pack_mm_for_cpu accepts group sizes %v", f.Group, W4A16GroupSizes)
 	}
-	if !slices.Contains(W4A16Packs, o.pack()) {
-		return fmt.Errorf("--pack %q: want one of %s", o.Pack, strings.Join(W4A16Packs, ", "))
+	if !slices.Contains(W4A16Packs, f.pack()) {
+		return fmt.Errorf("--pack %q: want one of %s", f.Pack, strings.Join(W4A16Packs, ", "))
 	}
 	return nil
 }
 
-func (o W4A16Options) pack() string {
-	if o.Pack == "" {
+func (f W4A16) pack() string {
+	if f.Pack == "" {
 		return "portable"
 	}
-	return o.Pack
+	return f.Pack
 }
 
-// W4A16Chooser is the code chooser the options select.
-func (o W4A16Options) W4A16Chooser() CodeChooser {
-	if o.Chooser != nil {
-		return o.Chooser
+// chooser is the code chooser the options select.
+func (f W4A16) chooser() CodeChooser {
+	if f.Chooser != nil {
+		return f.Chooser
 	}
-	return RTN{Grid: GridAsym4, Search: !o.NoSearch}
+	return RTN{Grid: GridAsym4, Search: !f.NoSearch}
 }
 
-// CheckW4A16Model refuses a model whose quantized linears the tinygemm
-// kernel cannot take: K a multiple of the group size (and so even), N a
-// multiple of 16 (_convert_weight_to_int4pack_for_cpu checks N % 16 == 0).
-// With --pack avx512 a last block of 16, 32 or 48 channels is fine: the
-// kernel packs it as adjacent pairs (docs/formats.md#tinygemm-layout), and so do we.
-func CheckW4A16Model(cfg *spark.Config, o W4A16Options) error {
-	return CheckTargets("torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu)", Targets(cfg, o.QuantHead), func(t Target) []string {
+// Check refuses a model whose quantized linears the tinygemm kernel cannot
+// take: K a multiple of the group size (and so even), N a multiple of 16
+// (_convert_weight_to_int4pack_for_cpu checks N % 16 == 0). With --pack
+// avx512 a last block of 16, 32 or 48 channels is fine: the kernel packs it
+// as adjacent pairs (docs/formats.md#tinygemm-layout), and so do we.
+func (f W4A16) Check(cfg *spark.Config) error {
+	return CheckTargets("torch's CPU int4 kernel (_weight_int4pack_mm_for_cpu)", Targets(cfg, f.QuantHead), func(t Target) []string {
 		var why []string
-		if t.K%o.Group != 0 {
-			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (the kernel needs K %% group == 0; try a group size in %v that divides it)", o.Group, t.K, W4A16GroupSizes))
+		if t.K%f.Group != 0 {
+			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (the kernel needs K %% group == 0; try a group size in %v that divides it)", f.Group, t.K, W4A16GroupSizes))
 		}
 		if t.N%16 != 0 {
 			why = append(why, fmt.Sprintf("N=%d is not a multiple of 16 (_convert_weight_to_int4pack_for_cpu requires N %% 16 == 0)", t.N))
@@ -81,30 +83,66 @@ func CheckW4A16Model(cfg *spark.Config, o W4A16Options) error {
 	})
 }
 
-// W4A16Config is the quantization_config of a cpu_int4 checkpoint (documented
+// Rounds reports whether the codes are rounded to nearest (no Chooser).
+func (f W4A16) Rounds() bool { return f.Chooser == nil }
+
+// MixedDTypes is false: scales and zeros are in the one activation dtype.
+func (W4A16) MixedDTypes() bool { return false }
+
+// Grid is tinygemm's asymmetric 4-bit grid, parameters in the activation
+// dtype.
+func (f W4A16) Grid(act dtype.DType) GridSpec {
+	return GridSpec{Kind: GridAsym4, Group: f.Group, DType: ScaleDType(act), Search: !f.NoSearch}
+}
+
+// Targets are the 5 linears of every layer and, with QuantHead, the head.
+func (f W4A16) Targets(cfg *spark.Config) []Target { return Targets(cfg, f.QuantHead) }
+
+// Method names the chooser.
+func (f W4A16) Method() string { return f.chooser().Method() }
+
+// Settings are the 4-bit settings and the pack.
+func (f W4A16) Settings(b *Build) map[string]any {
+	s := int4Settings(b.Grid, f.QuantHead)
+	s["pack"] = f.pack()
+	return s
+}
+
+// Tensors are qweight and scales_and_zeros of every target (W4A16Parts),
+// the rest copied.
+func (f W4A16) Tensors(b *Build) ([]safetensors.Tensor, map[string]string) {
+	return b.Int4Model(f.chooser(), func(t Target) []Int4Part { return W4A16Parts(t, b.Grid.Group, b.Grid.DType, f.pack()) })
+}
+
+// Config sets quantization_config (W4A16.QuantConfig).
+func (f W4A16) Config(b *Build) map[string]any {
+	return map[string]any{"quantization_config": f.QuantConfig(b.Job.Report.Calibration, b.Act, b.Job.Opt.Version)}
+}
+
+// QuantConfig is the quantization_config of a cpu_int4 checkpoint (documented
 // in docs/formats.md#w4a16-tinygemm): every linear with a `qweight` is
 // quantized; codes q in 0..15, w = (q - 8) * scale + zero per group of
 // group_size consecutive input channels.
-func W4A16Config(o W4A16Options, cal *Calibration, actDType dtype.DType, version string) map[string]any {
+func (f W4A16) QuantConfig(cal *Calibration, actDType dtype.DType, version string) map[string]any {
 	float := []string{"model.embed_tokens", "g_proj"}
-	if !o.QuantHead {
+	if !f.QuantHead {
 		float = append(float, "lm_head")
 	}
 	qc := map[string]any{
 		"quant_method":           "cpu_int4",
 		"format_version":         1,
 		"bits":                   4,
-		"group_size":             o.Group,
+		"group_size":             f.Group,
 		"sym":                    false,
 		"zero_point_domain":      "float",
-		"pack":                   o.pack(),
+		"pack":                   f.pack(),
 		"scales_dtype":           torchDTypeName(actDType),
-		"lm_head":                o.QuantHead,
+		"lm_head":                f.QuantHead,
 		"modules_to_not_convert": float,
 		"kernel":                 "torch.ops.aten._weight_int4pack_mm_for_cpu (torch >= 2.6)",
 		"meta": map[string]any{
 			"quantizer": []string{"sparkconv:" + version},
-			"method":    o.W4A16Chooser().Method(),
+			"method":    f.Method(),
 		},
 	}
 	if cal != nil {
@@ -155,55 +193,6 @@ func PackW4A16Codes(dst []byte, codes []uint8, n, k int, pack string) error {
 		return quant.PackTinygemmKernel(dst, codes, n, k, quant.LayoutAVX2)
 	}
 	return fmt.Errorf("unknown tinygemm pack %q", pack)
-}
-
-// W4A16 converts a Spark checkpoint to the cpu_int4 format: the 5 linears
-// of every layer (and the head with QuantHead) become qweight +
-// scales_and_zeros; embeddings, norms and g_proj are copied bit for bit.
-// The model is checked before anything is written.
-func W4A16(ctx context.Context, o W4A16Options) (*Report, error) {
-	if err := o.CheckFlags(); err != nil {
-		return nil, err
-	}
-	cfg, err := spark.LoadConfig(o.Model)
-	if err != nil {
-		return nil, err
-	}
-	if err := CheckW4A16Model(cfg, o); err != nil {
-		return nil, err
-	}
-	begin := Start
-	if o.Solver == nil && o.Chooser == nil {
-		begin = StartAsRead // round to nearest refuses NaN/Inf as it quantizes
-	}
-	j, err := begin(ctx, o.Options, "w4a16")
-	if err != nil {
-		return nil, err
-	}
-	defer j.Close()
-	act, err := j.ActivationDType()
-	if err != nil {
-		return nil, err
-	}
-	chooser := o.W4A16Chooser()
-	j.Report.Method = chooser.Method()
-	j.Report.Settings = map[string]any{"group_size": o.Group, "pack": o.pack(), "search": !o.NoSearch, "quant_head": o.QuantHead, "scales_dtype": string(act)}
-	sdt := ScaleDType(act)
-	sol, err := j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridAsym4, Group: o.Group, DType: sdt, Search: !o.NoSearch}, Targets: Targets(cfg, o.QuantHead)})
-	if err != nil {
-		return nil, err
-	}
-	if sol != nil {
-		chooser = sol
-	}
-	tensors, src := j.Int4Model(Targets(cfg, o.QuantHead), func(t Target) Int4Spec {
-		return Int4Spec{Target: t, Group: o.Group, ScaleDType: sdt, Chooser: chooser, Grid: GridAsym4, Parts: W4A16Parts(t, o.Group, sdt, o.pack())}
-	})
-	set := map[string]any{"quantization_config": W4A16Config(o, j.Report.Calibration, act, o.Version)}
-	if o.QuantHead {
-		set["tie_word_embeddings"] = false
-	}
-	return j.FinishInt4(tensors, src, set)
 }
 
 // w4a16Reader reads a cpu_int4 checkpoint back: w = (q - 8) * scale + zero

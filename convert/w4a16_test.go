@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -87,19 +86,6 @@ func snrOf(ref []float64, at func(n, k int) float64, n, k int) (snr, maxErr floa
 	return 10 * math.Log10(sig/noise), maxErr
 }
 
-func runW4A16(t *testing.T, o W4A16Options) *Report {
-	t.Helper()
-	if o.Group == 0 {
-		o.Group = 128
-	}
-	o.Quiet, o.Version = true, "test"
-	r, err := W4A16(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // TestW4A16Decode decodes a --quant-head checkpoint of the tied tiny model
 // and checks every tensor against the input and the report.
 func TestW4A16Decode(t *testing.T) {
@@ -107,7 +93,7 @@ func TestW4A16Decode(t *testing.T) {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "w4")
-			rep := runW4A16(t, W4A16Options{Options: Options{Model: in, Out: out, Version: "test"}, Group: g, QuantHead: true})
+			rep := runConvert(t, Options{Model: in, Out: out, Version: "test"}, W4A16{Group: g, QuantHead: true})
 			checkW4A16(t, in, out, rep, g, true)
 		})
 	}
@@ -198,7 +184,7 @@ func checkW4A16(t *testing.T, in, out string, rep *Report, g int, quantHead bool
 func TestW4A16NoSearch(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w4")
-	rep := runW4A16(t, W4A16Options{Options: Options{Model: in, Out: out}, Group: 64, NoSearch: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, W4A16{Group: 64, NoSearch: true})
 	if qc := readConfig(t, out)["quantization_config"].(map[string]any); qc["meta"].(map[string]any)["method"] != "rtn-minmax" {
 		t.Errorf("method %v", qc["meta"])
 	}
@@ -275,14 +261,24 @@ func kernelBytes(codes []uint8, n, k, blockN int) []byte {
 	return out
 }
 
+// buildPacks converts in to W4A16 with group g and a quantized head once
+// per pack, and returns the output folders by pack.
+func buildPacks(t *testing.T, in string, g int) map[string]string {
+	t.Helper()
+	dirs := map[string]string{}
+	for _, p := range W4A16Packs {
+		dirs[p] = filepath.Join(t.TempDir(), p)
+		runConvert(t, Options{Model: in, Out: dirs[p]}, W4A16{Group: g, Pack: p, QuantHead: true})
+	}
+	return dirs
+}
+
 // TestW4A16KernelPacks: --pack avx512/avx2 hold the portable output's codes
 // in the kernel's layout, byte for byte; everything else is identical.
 func TestW4A16KernelPacks(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
-	dirs := map[string]string{}
+	dirs := buildPacks(t, in, 128)
 	for _, p := range W4A16Packs {
-		dirs[p] = filepath.Join(t.TempDir(), p)
-		runW4A16(t, W4A16Options{Options: Options{Model: in, Out: dirs[p]}, Pack: p, QuantHead: true})
 		if got := readConfig(t, dirs[p])["quantization_config"].(map[string]any)["pack"]; got != p {
 			t.Errorf("pack %s: config says %v", p, got)
 		}
@@ -356,41 +352,22 @@ func TestW4A16Refusals(t *testing.T) {
 	odd := writeConfigOnly(t, map[string]any{"intermediate_size": 776})
 	cases := []struct {
 		name  string
-		o     W4A16Options
+		o     Options
+		f     W4A16
 		flag  bool     // a usage error (CheckFlags)
 		wants []string // substrings of the message
 	}{
-		{"group 16", W4A16Options{Group: 16}, true, []string{"--group 16", "32 64 128 256"}},
-		{"group 96", W4A16Options{Group: 96}, true, []string{"--group 96"}},
-		{"pack", W4A16Options{Group: 128, Pack: "neon"}, true, []string{`--pack "neon"`}},
-		{"N%16", W4A16Options{Options: Options{Model: odd}, Group: 128}, false, []string{
+		{"group 16", Options{}, W4A16{Group: 16}, true, []string{"--group 16", "32 64 128 256"}},
+		{"group 96", Options{}, W4A16{Group: 96}, true, []string{"--group 96"}},
+		{"pack", Options{}, W4A16{Group: 128, Pack: "neon"}, true, []string{`--pack "neon"`}},
+		{"N%16", Options{Model: odd}, W4A16{Group: 128}, false, []string{
 			"model.layers.0.mlp.gate_proj.weight [776, 256] (N=776 out, K=256 in): N=776 is not a multiple of 16",
 			"model.layers.0.mlp.down_proj.weight [256, 776] (N=256 out, K=776 in): --group 128 does not divide K=776",
 			"and 7 more tensors"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.o.Model == "" {
-				c.o.Model = fixturestest.Tiny(t, false)
-			}
-			parent := t.TempDir()
-			c.o.Out = filepath.Join(parent, "out")
-			flagErr := c.o.CheckFlags()
-			if (flagErr != nil) != c.flag {
-				t.Errorf("CheckFlags = %v, want a usage error: %v", flagErr, c.flag)
-			}
-			_, err := W4A16(context.Background(), c.o)
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range c.wants {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q lacks %q", err, w)
-				}
-			}
-			if entries, _ := os.ReadDir(parent); len(entries) != 0 {
-				t.Errorf("wrote %v before refusing", entries)
-			}
+			checkRefused(t, c.o, c.f, c.flag, c.wants)
 		})
 	}
 }
@@ -401,16 +378,16 @@ func TestW4A16Refusals(t *testing.T) {
 func TestW4A16Deterministic(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	a, b, c := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b"), filepath.Join(t.TempDir(), "c")
-	o := W4A16Options{Options: Options{Model: in}, Group: 64, QuantHead: true}
+	o, f := Options{Model: in}, W4A16{Group: 64, QuantHead: true}
 	o.Out = a
-	runW4A16(t, o)
+	runConvert(t, o, f)
 	o.Out = b
-	runW4A16(t, o)
+	runConvert(t, o, f)
 	if sa, sb := treeSums(t, a), treeSums(t, b); !reflect.DeepEqual(sa, sb) {
 		t.Errorf("two runs differ:\n%v\n%v", sa, sb)
 	}
 	o.Out, o.MaxShardSize = c, 100<<10
-	runW4A16(t, o)
+	runConvert(t, o, f)
 	ta, tc := tensorBytes(t, a), tensorBytes(t, c)
 	if len(ta) != len(tc) {
 		t.Fatalf("%d vs %d tensors", len(ta), len(tc))
@@ -430,7 +407,7 @@ func TestW4A16Deterministic(t *testing.T) {
 func TestW4A16UntiedHead(t *testing.T) {
 	in := fixturestest.Tiny(t, true)
 	q := filepath.Join(t.TempDir(), "q")
-	rep := runW4A16(t, W4A16Options{Options: Options{Model: in, Out: q}, Group: 128, QuantHead: true})
+	rep := runConvert(t, Options{Model: in, Out: q}, W4A16{Group: 128, QuantHead: true})
 	checkW4A16(t, in, q, rep, 128, true)
 	found := false
 	for _, r := range rep.Tensors {
@@ -440,7 +417,7 @@ func TestW4A16UntiedHead(t *testing.T) {
 		t.Error("lm_head.weight not reported")
 	}
 	p := filepath.Join(t.TempDir(), "p")
-	rep = runW4A16(t, W4A16Options{Options: Options{Model: in, Out: p}, Group: 128})
+	rep = runConvert(t, Options{Model: in, Out: p}, W4A16{Group: 128})
 	cfg := readConfig(t, p)
 	if cfg["tie_word_embeddings"] != false || cfg["quantization_config"].(map[string]any)["lm_head"] != false {
 		t.Errorf("config %v", cfg)
@@ -486,9 +463,9 @@ func TestPlainStatsBlocks(t *testing.T) {
 func TestW4A16Rechoose(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
-	runW4A16(t, W4A16Options{Options: Options{Model: in, Out: a}, QuantHead: true})
+	runConvert(t, Options{Model: in, Out: a}, W4A16{Group: 128, QuantHead: true})
 	c := rechoose{RTN: RTN{Grid: GridAsym4, Search: true}, calls: map[string]int{}}
-	runW4A16(t, W4A16Options{Options: Options{Model: in, Out: b}, QuantHead: true, Chooser: c})
+	runConvert(t, Options{Model: in, Out: b}, W4A16{Group: 128, QuantHead: true, Chooser: c})
 	if !reflect.DeepEqual(tensorBytes(t, a), tensorBytes(t, b)) {
 		t.Error("output differs with a chooser that cannot recode")
 	}
@@ -510,7 +487,7 @@ func BenchmarkW4A16Linear(b *testing.B) {
 		tg := Target{Source: "w", Module: "w", N: sh.n, K: sh.k}
 		for _, pack := range []string{"portable", "avx512"} {
 			for _, search := range []bool{true, false} {
-				spec := Int4Spec{Target: tg, Group: 128, ScaleDType: quant.ScaleBF16, Grid: GridAsym4,
+				spec := Int4Spec{Target: tg, Grid: GridSpec{Kind: GridAsym4, Group: 128, DType: quant.ScaleBF16, Search: search},
 					Chooser: RTN{Grid: GridAsym4, Search: search}, Parts: W4A16Parts(tg, 128, quant.ScaleBF16, pack)}
 				b.Run(fmt.Sprintf("%dx%d/%s/search=%v", sh.n, sh.k, pack, search), func(b *testing.B) {
 					benchEncodeInt4(b, spec, m)
@@ -532,8 +509,8 @@ func BenchmarkW4A16Write(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				o := W4A16Options{Options: Options{Model: in, Out: filepath.Join(b.TempDir(), strconv.Itoa(i)), Quiet: true}, Group: 128, QuantHead: true, NoSearch: !search}
-				if _, err := W4A16(context.Background(), o); err != nil {
+				o := Options{Model: in, Out: filepath.Join(b.TempDir(), strconv.Itoa(i)), Quiet: true}
+				if _, err := Convert(context.Background(), o, W4A16{Group: 128, QuantHead: true, NoSearch: !search}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

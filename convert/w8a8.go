@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -48,61 +47,57 @@ func W8A8Config() map[string]any {
 	}
 }
 
-// W8A8Options configure a W8A8 conversion.
-type W8A8Options struct {
-	Options
-	// Solver, if set, chooses every code before writing (calibrated GPTQ);
-	// nil rounds to nearest.
-	Solver Solver
+// W8A8 is the compressed-tensors W8A8 output (a Format), with its
+// options: the 5 linears of every layer become int8 `weight` [N,K] plus
+// `weight_scale` [N,1] in the input dtype; everything else is copied bit
+// for bit (or, when the solver changed them, e.g. SmoothQuant's folded
+// norms, written as the solver says).
+type W8A8 struct {
 	// Keep, if set, are linears kept in float: copied, and named in the
 	// config's ignore list.
 	Keep *KeepFloat
 }
 
-// W8A8Targets are the linears W8A8 quantizes (the head never: vLLM's
-// compressed-tensors scheme ignores lm_head).
-func W8A8Targets(cfg *spark.Config) []Target { return Targets(cfg, false) }
+// Name is the scheme, "w8a8".
+func (W8A8) Name() string { return "w8a8" }
 
-// W8A8 converts a Spark checkpoint to compressed-tensors W8A8: the 5
-// linears of every layer become int8 `weight` [N,K] plus `weight_scale`
-// [N,1] in the input dtype; everything else is copied bit for bit (or, when
-// the solver changed them, e.g. SmoothQuant's folded norms, written as the
-// solver says).
-func W8A8(ctx context.Context, opt Options) (*Report, error) {
-	return W8A8With(ctx, W8A8Options{Options: opt})
+// CheckFlags accepts any options: W8A8 has no values to refuse.
+func (W8A8) CheckFlags() error { return nil }
+
+// Check refuses kept units the model does not have.
+func (f W8A8) Check(cfg *spark.Config) error { return f.Keep.check(cfg) }
+
+// Rounds is true: without a solver every weight is rounded to nearest.
+func (W8A8) Rounds() bool { return true }
+
+// MixedDTypes is true: rounding to nearest, each weight_scale is in its own
+// linear's dtype.
+func (W8A8) MixedDTypes() bool { return true }
+
+// Grid is the per-channel int8 grid, scales in the activation dtype (what
+// a solve gets; rounding to nearest takes each linear's dtype).
+func (W8A8) Grid(act dtype.DType) GridSpec {
+	return GridSpec{Kind: GridInt8, DType: ScaleDType(act)}
 }
 
-// W8A8With is W8A8 with a solver (calibrated GPTQ) or without (round to
-// nearest).
-func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
-	begin := Start
-	if o.Solver == nil {
-		begin = StartAsRead
-	}
-	j, err := begin(ctx, o.Options, "w8a8")
-	if err != nil {
-		return nil, err
-	}
-	defer j.Close()
-	if err := o.Keep.check(j.Model.Config); err != nil {
-		return nil, err
-	}
-	j.Report.Method = "round-to-nearest, scale = amax/127.5"
-	var sol Solution
-	if o.Solver != nil {
-		act, err := j.ActivationDType()
-		if err != nil {
-			return nil, err
-		}
-		if sol, err = j.solve(o.Solver, SolveSpec{GridSpec: GridSpec{Kind: GridInt8, DType: ScaleDType(act)}, Targets: o.Keep.without(W8A8Targets(j.Model.Config))}); err != nil {
-			return nil, err
-		}
-	}
-	o.Keep.report(j.Report)
+// Targets are the 5 linears of every layer, less the kept ones (the head
+// never: vLLM's compressed-tensors scheme ignores lm_head).
+func (f W8A8) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, false)) }
+
+// Method is round to nearest's rule.
+func (W8A8) Method() string { return "round-to-nearest, scale = amax/127.5" }
+
+// Settings are the kept linears, if any.
+func (f W8A8) Settings(*Build) map[string]any { return f.Keep.settings(nil) }
+
+// Tensors are the int8 weight and its scale for every quantized linear,
+// the rest copied (or replaced as the solution says).
+func (f W8A8) Tensors(b *Build) ([]safetensors.Tensor, map[string]string) {
+	j, sol := b.Job, b.Solution
 	var tensors []safetensors.Tensor
 	src := map[string]string{}
 	for _, s := range j.Model.Config.Tensors() {
-		float := s.Kind != spark.KindLinear || o.Keep.keeps(s.Module())
+		float := s.Kind != spark.KindLinear || f.Keep.keeps(s.Module())
 		if v, ok := replaced(sol, s.Name); ok && float {
 			tensors = append(tensors, j.replacedTensor(s.Name, v))
 			src[s.Name] = s.Name
@@ -118,21 +113,15 @@ func W8A8With(ctx context.Context, o W8A8Options) (*Report, error) {
 		tensors = append(tensors, w, scale)
 		src[w.Name], src[scale.Name] = s.Name, s.Name
 	}
-	if err := j.WriteTensors(tensors, src); err != nil {
-		return nil, err
-	}
-	if err := j.CopyAux(); err != nil {
-		return nil, err
-	}
+	return tensors, src
+}
+
+// Config sets quantization_config (W8A8Config, the kept linears added to
+// its ignore list) and the kept linears.
+func (f W8A8) Config(*Build) map[string]any {
 	qc := W8A8Config()
-	qc["ignore"] = append(qc["ignore"].([]string), o.Keep.Modules()...)
-	if err := j.WriteConfig(map[string]any{"quantization_config": qc, KeepFloatKey: o.Keep.config()}); err != nil {
-		return nil, err
-	}
-	if err := j.Commit(); err != nil {
-		return nil, err
-	}
-	return j.Report, nil
+	qc["ignore"] = append(qc["ignore"].([]string), f.Keep.Modules()...)
+	return map[string]any{"quantization_config": qc, KeepFloatKey: f.Keep.config()}
 }
 
 // w8a8Linear returns the int8 weight and its scale tensor. The scales are

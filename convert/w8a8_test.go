@@ -23,7 +23,7 @@ import (
 func TestW8A8Independent(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "w8a8")
-	rep, err := W8A8(context.Background(), Options{Model: in, Out: out, MaxShardSize: 3 << 20})
+	rep, err := Convert(context.Background(), Options{Model: in, Out: out, MaxShardSize: 3 << 20}, W8A8{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestW8A8Cancelled(t *testing.T) {
 	parent := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := W8A8(ctx, Options{Model: in, Out: filepath.Join(parent, "o")})
+	_, err := Convert(ctx, Options{Model: in, Out: filepath.Join(parent, "o")}, W8A8{}, nil)
 	if err == nil {
 		t.Fatal("cancelled conversion succeeded")
 	}
@@ -172,7 +172,7 @@ func TestW8A8OtherDTypes(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			retype(t, in, dt)
 			out := filepath.Join(t.TempDir(), "o")
-			rep, err := W8A8(context.Background(), Options{Model: in, Out: out})
+			rep, err := Convert(context.Background(), Options{Model: in, Out: out}, W8A8{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +189,7 @@ func TestW8A8OtherDTypes(t *testing.T) {
 			if rep.Totals.MinSNRdB < 20 || rep.Totals.MaxSNRdB > 45 {
 				t.Errorf("SNR %.2f..%.2f dB", rep.Totals.MinSNRdB, rep.Totals.MaxSNRdB)
 			}
-			r4, err := W4A16(context.Background(), W4A16Options{Options: Options{Model: in, Out: filepath.Join(t.TempDir(), "w4")}, Group: 128, Pack: "portable", QuantHead: true})
+			r4, err := Convert(context.Background(), Options{Model: in, Out: filepath.Join(t.TempDir(), "w4")}, W4A16{Group: 128, Pack: "portable", QuantHead: true}, nil)
 			if err != nil {
 				t.Fatalf("w4a16 from %s: %v", dt, err)
 			}

@@ -222,7 +222,7 @@ func TestIdenticalBuild(t *testing.T) {
 	}
 	defer done2()
 	q := filepath.Join(t.TempDir(), "w8a8")
-	if _, err := convert.W8A8(t.Context(), convert.Options{Model: dir, Out: q, Quiet: true}); err != nil {
+	if _, err := convert.Convert(t.Context(), convert.Options{Model: dir, Out: q, Quiet: true}, convert.W8A8{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	qm, closeQ := openModel(t, q)

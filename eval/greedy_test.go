@@ -18,11 +18,11 @@ func greedyModels(t *testing.T) map[string]string {
 	t.Helper()
 	tiny := fixturestest.Tiny(t, false)
 	w8 := filepath.Join(t.TempDir(), "w8a8")
-	if _, err := convert.W8A8(t.Context(), convert.Options{Model: tiny, Out: w8, Quiet: true}); err != nil {
+	if _, err := convert.Convert(t.Context(), convert.Options{Model: tiny, Out: w8, Quiet: true}, convert.W8A8{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	w4 := filepath.Join(t.TempDir(), "gptq")
-	if _, err := convert.GPTQ(t.Context(), convert.GPTQOptions{Options: convert.Options{Model: tiny, Out: w4, Quiet: true}, Group: 64, QuantHead: true}); err != nil {
+	if _, err := convert.Convert(t.Context(), convert.Options{Model: tiny, Out: w4, Quiet: true}, convert.GPTQ{Group: 64, QuantHead: true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return map[string]string{

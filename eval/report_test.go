@@ -21,7 +21,7 @@ func tinyResult(t *testing.T) (*Result, string) {
 	t.Helper()
 	dir := fixturestest.Tiny(t, false)
 	q := filepath.Join(t.TempDir(), "w4a16")
-	if _, err := convert.W4A16(context.Background(), convert.W4A16Options{Options: convert.Options{Model: dir, Out: q, Quiet: true}, Group: 32}); err != nil {
+	if _, err := convert.Convert(context.Background(), convert.Options{Model: dir, Out: q, Quiet: true}, convert.W4A16{Group: 32}, nil); err != nil {
 		t.Fatal(err)
 	}
 	text := tinyText(t, dir)

@@ -40,9 +40,9 @@ func TestMeasureFull(t *testing.T) {
 		}
 		fmt.Fprintln(os.Stderr, line)
 	}}
-	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 128, QuantHead: true, Solver: c}
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 128, QuantHead: true}
 	start := time.Now()
-	r, err := convert.GPTQ(ctx, o)
+	r, err := convert.Convert(ctx, o, f, c)
 	if err != nil {
 		t.Logf("stopped after %v: %v", time.Since(start), err)
 		return
@@ -84,8 +84,8 @@ func TestMeasureHead(t *testing.T) {
 		OnLayer: func(i int, _ []*convert.ModuleReport, _, _ time.Duration) {
 			fmt.Fprintln(os.Stderr, memProbe(fmt.Sprintf("layer %d", i)))
 		}}
-	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 128, QuantHead: true, Solver: c}
-	_, err := convert.GPTQ(context.Background(), o)
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 128, QuantHead: true}
+	_, err := convert.Convert(context.Background(), o, f, c)
 	t.Logf("%v; peak RSS %.0f MiB", err, convert.PeakRSSMB())
 }
 
@@ -142,8 +142,8 @@ func TestMeasureBudget(t *testing.T) {
 	if f := os.Getenv("SPARKCONV_FULL_SAMPLES"); f != "" {
 		c.Files = []string{f}
 	}
-	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 128, Solver: c}
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 128}
 	start := time.Now()
-	_, err := convert.GPTQ(context.Background(), o)
+	_, err := convert.Convert(context.Background(), o, f, c)
 	t.Logf("%v after %v; peak RSS %.0f MiB", err, time.Since(start), convert.PeakRSSMB())
 }

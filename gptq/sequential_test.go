@@ -26,8 +26,8 @@ const testBudget = 1024
 
 func runGPTQ(t *testing.T, in, out string, c *Calibrator, quantHead bool) *convert.Report {
 	t.Helper()
-	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: out, Quiet: true, Version: "test"}, Group: 64, QuantHead: quantHead, Solver: c}
-	r, err := convert.GPTQ(context.Background(), o)
+	o, f := convert.Options{Model: in, Out: out, Quiet: true, Version: "test"}, convert.GPTQ{Group: 64, QuantHead: quantHead}
+	r, err := convert.Convert(context.Background(), o, f, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +148,10 @@ func TestCalibratedInterrupted(t *testing.T) {
 	parent := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Calibrator{Budget: testBudget, Log: cancelOnWrite{cancel}}
-	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, Group: 64, Solver: c}
+	o, f := convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, convert.GPTQ{Group: 64}
 	// The first line the calibrator logs is its summary, after the solve:
 	// cancel there, before the writer runs.
-	if _, err := convert.GPTQ(ctx, o); err == nil || !strings.Contains(err.Error(), "context canceled") {
+	if _, err := convert.Convert(ctx, o, f, c); err == nil || !strings.Contains(err.Error(), "context canceled") {
 		t.Fatalf("interrupted run: %v", err)
 	}
 	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
@@ -159,7 +159,7 @@ func TestCalibratedInterrupted(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
-	if _, err := convert.GPTQ(ctx, o); err == nil {
+	if _, err := convert.Convert(ctx, o, f, c); err == nil {
 		t.Fatal("cancelled run succeeded")
 	}
 	if entries, _ := os.ReadDir(parent); len(entries) != 0 {
@@ -176,11 +176,11 @@ func (c cancelOnWrite) Write(p []byte) (int, error) { c.cancel(); return len(p),
 func TestCalibratedW8A8(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	dir := t.TempDir()
-	r, err := convert.W8A8With(context.Background(), convert.W8A8Options{Options: convert.Options{Model: in, Out: filepath.Join(dir, "g"), Quiet: true}, Solver: &Calibrator{Budget: testBudget}})
+	r, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(dir, "g"), Quiet: true}, convert.W8A8{}, &Calibrator{Budget: testBudget})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := convert.W8A8With(context.Background(), convert.W8A8Options{Options: convert.Options{Model: in, Out: filepath.Join(dir, "r"), Quiet: true}}); err != nil {
+	if _, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(dir, "r"), Quiet: true}, convert.W8A8{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	g, err := safetensors.OpenDir(filepath.Join(dir, "g"))
@@ -221,7 +221,7 @@ func TestCalibratedW8A8(t *testing.T) {
 func TestCalibratedW4A16(t *testing.T) {
 	in := fixturestest.Tiny(t, true)
 	out := filepath.Join(t.TempDir(), "w")
-	r, err := convert.W4A16(context.Background(), convert.W4A16Options{Options: convert.Options{Model: in, Out: out, Quiet: true}, Group: 128, QuantHead: true, Solver: &Calibrator{Budget: testBudget}})
+	r, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: out, Quiet: true}, convert.W4A16{Group: 128, QuantHead: true}, &Calibrator{Budget: testBudget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +245,7 @@ func TestRefusedText(t *testing.T) {
 	os.WriteFile(samples, []byte(strings.Repeat("aaaa aaaa aaaa\n", 400)), 0o644)
 	parent := filepath.Join(dir, "out")
 	os.Mkdir(parent, 0o755)
-	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, Group: 64, Solver: &Calibrator{Files: []string{samples}}}
-	_, err := convert.GPTQ(context.Background(), o)
+	_, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, convert.GPTQ{Group: 64}, &Calibrator{Files: []string{samples}})
 	if err == nil || !strings.Contains(err.Error(), "distinct ids") {
 		t.Fatalf("repetitive text: %v", err)
 	}
@@ -330,8 +329,8 @@ func TestTrueSequential(t *testing.T) {
 	c := &Calibrator{Budget: testBudget, layerLimit: 1, beforePass: func(i int, p forward.Point, l *forward.Layer) {
 		got[p] = state{onGrid(l.QKV, 64), onGrid(l.O, 64), onGrid(l.Gate, 64), onGrid(l.Up, 64), onGrid(l.Down, 64)}
 	}}
-	o := convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, Group: 64, Solver: c}
-	convert.GPTQ(context.Background(), o) // stops at the writer: only layer 0 is solved
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 64}
+	convert.Convert(context.Background(), o, f, c) // stops at the writer: only layer 0 is solved
 	want := map[forward.Point]state{
 		forward.AttnNorm:  {},
 		forward.AttnGated: {qkv: true},

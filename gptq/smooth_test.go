@@ -47,9 +47,7 @@ func TestSmoothW8A8(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	dir := t.TempDir()
 	build := func(name string, smooth float64) *convert.Report {
-		r, err := convert.W8A8With(context.Background(), convert.W8A8Options{
-			Options: convert.Options{Model: in, Out: filepath.Join(dir, name), Quiet: true},
-			Solver:  &Calibrator{Budget: testBudget, Smooth: smooth}})
+		r, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(dir, name), Quiet: true}, convert.W8A8{}, &Calibrator{Budget: testBudget, Smooth: smooth})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,8 +84,7 @@ func TestSmoothW8A8(t *testing.T) {
 			t.Errorf("%s not rewritten by the smoothing (%v)", name, err)
 		}
 	}
-	_, err = convert.GPTQ(context.Background(), convert.GPTQOptions{Options: convert.Options{Model: in, Out: filepath.Join(dir, "g"), Quiet: true}, Group: 64,
-		Solver: &Calibrator{Budget: testBudget, Smooth: 0.5}})
+	_, err = convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(dir, "g"), Quiet: true}, convert.GPTQ{Group: 64}, &Calibrator{Budget: testBudget, Smooth: 0.5})
 	if err == nil {
 		t.Error("--smooth accepted for 4-bit")
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -120,9 +119,11 @@ config.
 --rtn skips calibration (round to nearest only).`
 
 // runCalibrated is the body of gptq, w4a16 and w8a8: the shared prologue
-// (begin), the solver the calibration flags select, the conversion, then
-// the fidelity gate and print (finish).
-func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, run func(context.Context, convert.Options, convert.Solver) (*convert.Report, error), print func(*convert.Report) error) error {
+// (begin), the solver the calibration flags select, the format (format
+// may do its own work first: --keep-float's measurement), convert.Convert,
+// then the fidelity gate and print (finish) of the report and the output
+// folder.
+func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, format func(convert.Options) (convert.Format, error), print func(r *convert.Report, out string) error) error {
 	opt, err := c.begin(cmd, k.c.Files...)
 	if err != nil {
 		return err
@@ -131,11 +132,15 @@ func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, run func
 	if err != nil {
 		return err
 	}
-	r, err := run(cmd.Context(), opt, solver)
+	f, err := format(opt)
 	if err != nil {
 		return err
 	}
-	return c.finish(cmd, r, func() error { return print(r) })
+	r, err := convert.Convert(cmd.Context(), opt, f, solver)
+	if err != nil {
+		return err
+	}
+	return c.finish(cmd, r, func() error { return print(r, opt.Out) })
 }
 
 // calibFlags are the calibration flags of gptq, w4a16 and w8a8.

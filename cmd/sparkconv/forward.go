@@ -3,20 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"sparkconv/convert"
-	"sparkconv/forward"
-	"sparkconv/outdir"
-	"sparkconv/safetensors"
-	"sparkconv/tokenizer"
+	"sparkconv/nexttoken"
 )
 
 func init() {
@@ -49,7 +41,7 @@ hidden_out and final_norm [T,H]. An existing dump file is replaced only with
 			if (text == "") == (ids == "") {
 				return usagef("give exactly one of --text and --ids")
 			}
-			return runForward(cmd, model, text, ids, dump, topK, force)
+			return runForward(cmd, nexttoken.Options{Model: model, Text: text, TopK: topK, Dump: dump, Force: force}, ids)
 		},
 	}
 	f := cmd.Flags()
@@ -66,101 +58,37 @@ hidden_out and final_norm [T,H]. An existing dump file is replaced only with
 	rootCmd.AddCommand(cmd)
 }
 
-// dumpProducer is the metadata producer of a --dump file, by which
-// --force recognises one to replace.
-const dumpProducer = "sparkconv forward"
-
-var dumpOwner = safetensors.MetadataOwner("producer", dumpProducer)
-
-// forwardTopEntry is one next-token candidate.
-type forwardTopEntry struct {
-	ID    int     `json:"id"`
-	Logit float32 `json:"logit"`
-	Token *string `json:"token,omitempty"`
-}
-
-func runForward(cmd *cobra.Command, modelDir, text, idList, dump string, topK int, force bool) error {
-	start := time.Now()
-	var dumpFile *outdir.File
-	if dump != "" {
-		var err error
-		if dumpFile, err = outdir.NewFile(dump, force, dumpOwner, modelDir); errors.Is(err, outdir.ErrOverlap) {
-			return usageError{fmt.Errorf("--dump: %w", err)}
-		} else if err != nil {
-			return fmt.Errorf("--dump: %w", err)
+// runForward runs nexttoken.Run and prints its top-k (or the JSON result).
+func runForward(cmd *cobra.Command, o nexttoken.Options, idList string) error {
+	if o.Text == "" {
+		ids, err := parseTokenIDs(idList)
+		if err != nil {
+			return usagef("--ids: %v", err)
 		}
+		o.IDs = ids
 	}
-	tok, err := loadModelTokenizer(modelDir, text != "")
-	if err != nil {
+	r, err := nexttoken.Run(o)
+	if errors.As(err, new(nexttoken.TopKError)) {
+		return usageError{err}
+	} else if err != nil {
 		return err
-	}
-	var input []int
-	if text != "" {
-		if input, err = tok.Encode(text, true); err != nil {
-			return err
-		}
-		if len(input) == 0 {
-			return fmt.Errorf("--text gives no tokens")
-		}
-	} else if input, err = parseTokenIDs(idList); err != nil {
-		return usagef("--ids: %v", err)
-	}
-	m, err := convert.OpenForward(modelDir, forward.Options{})
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	if err := checkIn("top-k", int64(topK), 1, int64(m.Cfg.VocabSize), "the model's vocab_size"); err != nil {
-		return err
-	}
-	opt := forward.PrefillOptions{Dump: dump != "", Logits: forward.LastLogits}
-	if opt.Dump {
-		opt.Logits = forward.AllLogits
-	}
-	r, err := m.Prefill(input, opt)
-	if err != nil {
-		return err
-	}
-	V := m.Cfg.VocabSize
-	top := forwardTopK(r.Logits[len(r.Logits)-V:], topK, tok)
-	if dump != "" {
-		meta := safetensors.WriteOptions{Metadata: map[string]string{"producer": dumpProducer}}
-		if err := safetensors.WriteFile(dumpFile, r.Tensors(m, input), meta); err != nil {
-			return err
-		}
 	}
 	if jsonOut {
-		return printJSON(map[string]any{
-			"model": modelDir, "format": m.W.Describe(), "tokens": len(input), "input_ids": input, "top_k": top,
-			"dump": dump, "seconds": time.Since(start).Seconds(),
-		})
+		return printJSON(r)
 	}
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "%s, %d tokens; next-token top-%d after position %d:\n", m.W.Describe(), len(input), len(top), len(input)-1)
-	for k, e := range top {
+	fmt.Fprintf(w, "%s, %d tokens; next-token top-%d after position %d:\n", r.Format, r.Tokens, len(r.TopK), r.Tokens-1)
+	for k, e := range r.TopK {
 		s := ""
 		if e.Token != nil {
 			s = strconv.Quote(*e.Token)
 		}
 		fmt.Fprintf(w, "  %2d. id %-7d logit %10.4f  %s\n", k+1, e.ID, e.Logit, s)
 	}
-	if dump != "" {
-		fmt.Fprintf(w, "wrote %s (%d layers, %d positions)\n", dump, m.Cfg.NumLayers, len(input))
+	if r.Dump != "" {
+		fmt.Fprintf(w, "wrote %s (%d layers, %d positions)\n", r.Dump, r.Layers, r.Tokens)
 	}
 	return nil
-}
-
-// loadModelTokenizer loads dir/tokenizer.json; it is an error only when needed.
-func loadModelTokenizer(dir string, needed bool) (*tokenizer.Tokenizer, error) {
-	path := filepath.Join(dir, "tokenizer.json")
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && !needed {
-		return nil, nil
-	}
-	tok, err := tokenizer.Load(path)
-	if err != nil && !needed {
-		return nil, nil // the top-k prints without token strings
-	}
-	return tok, err
 }
 
 // parseTokenIDs reads "1,2,3" (spaces allowed around each id).
@@ -175,31 +103,4 @@ func parseTokenIDs(s string) ([]int, error) {
 		ids = append(ids, id)
 	}
 	return ids, nil
-}
-
-// forwardTopK returns the k largest logits, ties broken by the smaller id.
-func forwardTopK(row []float32, k int, tok *tokenizer.Tokenizer) []forwardTopEntry {
-	idx := make([]int, len(row))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		switch {
-		case row[a] > row[b]:
-			return -1
-		case row[a] < row[b]:
-			return 1
-		}
-		return 0
-	})
-	var out []forwardTopEntry
-	for _, id := range idx[:min(k, len(idx))] {
-		e := forwardTopEntry{ID: id, Logit: row[id]}
-		if tok != nil {
-			s := tok.Decode([]int{id}, false)
-			e.Token = &s
-		}
-		out = append(out, e)
-	}
-	return out
 }

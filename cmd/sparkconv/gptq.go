@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
@@ -12,7 +11,7 @@ import (
 func init() {
 	var cf convertFlags
 	var kf calibFlags
-	var o convert.GPTQOptions
+	var o convert.GPTQ
 	var keep keepFlags
 	cmd := &cobra.Command{
 		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order=false] [--rtn] [--no-search] [--keep-float N]",
@@ -44,14 +43,11 @@ precision.` + calibHelp,
 		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
-				o.Options, o.Solver = opt, s
+			return cf.runCalibrated(cmd, &kf, func(opt convert.Options) (convert.Format, error) {
 				var err error
-				if o.Keep, err = keep.choose(cmd, opt.Model, kf.c.Files, func(act dtype.DType) keepfloat.Format { return keepfloat.GPTQ(act, o.Group) }); err != nil {
-					return nil, err
-				}
-				return convert.GPTQ(ctx, o)
-			}, func(r *convert.Report) error { return finish4bit(cmd, r, o.QuantHead, o.Out) })
+				o.Keep, err = keep.choose(cmd, opt.Model, kf.c.Files, func(act dtype.DType) keepfloat.Format { return keepfloat.GPTQ(act, o.Group) })
+				return o, err
+			}, func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
 		},
 	}
 	cf.register(cmd)
@@ -61,6 +57,6 @@ precision.` + calibHelp,
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
 	f.BoolVar(&o.NoSearch, "no-search", false, "plain absmax scales instead of the per-group MSE scale search")
-	oneOf(cmd, "group", intWords(convert.GPTQGroupSizes)...) // convert.GPTQ checks the same list
+	oneOf(cmd, "group", intWords(convert.GPTQGroupSizes)...) // convert.GPTQ.CheckFlags checks the same list
 	rootCmd.AddCommand(cmd)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -13,7 +12,7 @@ import (
 func init() {
 	var cf convertFlags
 	var kf calibFlags
-	var o convert.W4A16Options
+	var o convert.W4A16
 	cmd := &cobra.Command{
 		Use:   "w4a16 --model DIR --out DIR [--group 128] [--quant-head] [--pack portable|avx512|avx2] [--samples FILE] [--tokens N] [--damp F] [--act-order=false] [--rtn] [--no-search]",
 		Short: "Write a cpu_int4 4-bit checkpoint for torch's CPU tinygemm kernel (W4A16, bf16 activations)",
@@ -35,10 +34,8 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		Example: "  sparkconv w4a16 --model /tmp/spark-tiny --out /tmp/spark-tiny-w4a16 --quant-head",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
-				o.Options, o.Solver = opt, s
-				return convert.W4A16(ctx, o)
-			}, func(r *convert.Report) error { return finish4bit(cmd, r, o.QuantHead, o.Out) })
+			return cf.runCalibrated(cmd, &kf, func(convert.Options) (convert.Format, error) { return o, nil },
+				func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
 		},
 	}
 	cf.register(cmd)
@@ -48,7 +45,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 	f.StringVar(&o.Pack, "pack", "portable", "qweight layout: portable, avx512 or avx2")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
 	f.BoolVar(&o.NoSearch, "no-search", false, "plain min/max parameters instead of the per-group MSE search")
-	oneOf(cmd, "group", intWords(convert.W4A16GroupSizes)...) // convert.W4A16 checks the same lists
+	oneOf(cmd, "group", intWords(convert.W4A16GroupSizes)...) // convert.W4A16.CheckFlags checks the same lists
 	oneOf(cmd, "pack", convert.W4A16Packs...)
 	rootCmd.AddCommand(cmd)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
@@ -42,15 +41,10 @@ their measured cost.` + calibHelp,
 			if kf.c.Smooth > 0 && (keep.n > 0 || len(keep.modules) > 0) {
 				return usagef("--smooth with --keep-float: a kept q_k_v_proj leaves its layer's input norm unsmoothed, so the config's smoothquant_alpha would not say what was done; rotate's --smooth-down combines with --keep-float")
 			}
-			var out string
-			return cf.runCalibrated(cmd, &kf, func(ctx context.Context, opt convert.Options, s convert.Solver) (*convert.Report, error) {
-				out = opt.Out
+			return cf.runCalibrated(cmd, &kf, func(opt convert.Options) (convert.Format, error) {
 				kept, err := keep.choose(cmd, opt.Model, kf.c.Files, keepfloat.W8A8)
-				if err != nil {
-					return nil, err
-				}
-				return convert.W8A8With(ctx, convert.W8A8Options{Options: opt, Solver: s, Keep: kept})
-			}, func(r *convert.Report) error {
+				return convert.W8A8{Keep: kept}, err
+			}, func(r *convert.Report, out string) error {
 				if err := printReport(cmd, r, out); err != nil {
 					return err
 				}
