@@ -174,16 +174,7 @@ func checkGPTQ(t *testing.T, in, out string, rep *Report, g int, quantHead, noSe
 	if cfg["tie_word_embeddings"] != !quantHead {
 		t.Errorf("tie_word_embeddings = %v", cfg["tie_word_embeddings"])
 	}
-	src, err := spark.Open(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := safetensors.OpenDir(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
+	src, dst := openConverted(t, in, out)
 	reported := map[string]TensorReport{}
 	for _, r := range rep.Tensors {
 		reported[r.Name] = r
@@ -194,59 +185,22 @@ func checkGPTQ(t *testing.T, in, out string, rep *Report, g int, quantHead, noSe
 		_, raw, _ := src.Raw(tg.Source)
 		ref := decBF16(raw)
 		l := readGPTQ(t, dst, tg.Module, tg.N, tg.K, g)
-		var sig, noise, maxErr float64
-		for n := 0; n < tg.N; n++ {
-			for k := 0; k < tg.K; k++ {
-				x := ref[n*tg.K+k]
-				d := l.value(n, k) - x
-				sig += x * x
-				noise += d * d
-				maxErr = max(maxErr, math.Abs(d))
-			}
-		}
-		snr := 10 * math.Log10(sig/noise)
+		snr, maxErr := snrOf(ref, l.value, tg.N, tg.K)
 		r, ok := reported[tg.Source]
 		if !ok {
 			t.Fatalf("%s not reported", tg.Source)
 		}
-		if math.Abs(snr-r.SNRdB) > 1e-3 || math.Abs(maxErr-r.MaxErr) > 1e-6*max(1, maxErr) {
-			t.Errorf("%s: decoded SNR %.5f dB, max err %.4g; report %.5f, %.4g", tg.Source, snr, maxErr, r.SNRdB, r.MaxErr)
-		}
 		if p := plainSNR(ref, tg.N, tg.K, g); math.Abs(p-*r.PlainSNRdB) > 1e-3 {
 			t.Errorf("%s: absmax SNR %.5f dB, report's plain %.5f", tg.Source, p, *r.PlainSNRdB)
 		}
-		if *r.PlainSNRdB > r.SNRdB {
-			t.Errorf("%s: the search lost (%.3f vs plain %.3f dB)", tg.Source, r.SNRdB, *r.PlainSNRdB)
-		}
-		if snr < 10 || snr > 25 {
-			t.Errorf("%s: SNR %.2f dB outside 10-25", tg.Source, snr)
-		}
-		gain += r.SNRdB - *r.PlainSNRdB
-		if dst.Has(tg.Module + ".weight") {
-			t.Errorf("%s.weight written beside the quantized tensors", tg.Module)
-		}
+		gain += checkTarget(t, dst, tg, r, snr, maxErr)
 	}
 	gain /= float64(len(targets))
 	if !noSearch && gain < 0.4 {
 		t.Errorf("the search gained %.3f dB on average, want >= 0.4", gain)
 	}
 	t.Logf("g%d: %d tensors, SNR mean %.2f dB (plain %.2f), gain %.2f dB", g, len(targets), rep.Totals.MeanSNRdB, rep.Totals.PlainMeanSNRdB, gain)
-	if len(rep.Tensors) != len(targets) {
-		t.Errorf("report has %d tensors, want %d", len(rep.Tensors), len(targets))
-	}
-	for _, s := range src.Config.Tensors() {
-		if s.Kind == spark.KindLinear || (s.Kind == spark.KindHead && quantHead) {
-			continue
-		}
-		_, a, _ := src.Raw(s.Name)
-		_, b, err := dst.Raw(s.Name)
-		if err != nil || string(a) != string(b) {
-			t.Errorf("%s not copied bit for bit (%v)", s.Name, err)
-		}
-	}
-	if quantHead && dst.Has(spark.HeadName) {
-		t.Error("lm_head.weight written with --quant-head")
-	}
+	checkCopied(t, src, dst, rep, targets, quantHead)
 }
 
 // TestGPTQNoSearch: absmax scales; the report's SNR is the plain one.

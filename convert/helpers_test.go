@@ -20,6 +20,7 @@ import (
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
+	"sparkconv/spark"
 )
 
 // runConvert converts o.Model to f in o.Out, quietly, with version "test".
@@ -68,6 +69,84 @@ func decBF16(raw []byte) []float64 {
 		out[i] = float64(math.Float32frombits(uint32(raw[2*i])<<16 | uint32(raw[2*i+1])<<24))
 	}
 	return out
+}
+
+// snrOf compares the decoded linear with the input weights.
+func snrOf(ref []float64, at func(n, k int) float64, n, k int) (snr, maxErr float64) {
+	var sig, noise float64
+	for r := 0; r < n; r++ {
+		for c := 0; c < k; c++ {
+			x := ref[r*k+c]
+			d := at(r, c) - x
+			sig += x * x
+			noise += d * d
+			maxErr = max(maxErr, math.Abs(d))
+		}
+	}
+	return 10 * math.Log10(sig/noise), maxErr
+}
+
+// checkTarget checks one quantized target of an int4 conversion against
+// its report row r, given the SNR and max error of the decoded linear: they
+// match the report, the search did not lose to the plain parameters, the
+// SNR lies in 10-25 dB (4-bit on N(0, 0.02) weights whose outlier input
+// columns (x10-50) widen the groups that hold them), and no float weight is
+// written beside. It returns the search's gain over the plain parameters.
+func checkTarget(t *testing.T, dst *safetensors.Checkpoint, tg Target, r TensorReport, snr, maxErr float64) (gain float64) {
+	t.Helper()
+	if math.Abs(snr-r.SNRdB) > 1e-3 || math.Abs(maxErr-r.MaxErr) > 1e-6*max(1, maxErr) {
+		t.Errorf("%s: decoded SNR %.5f dB, max err %.4g; report %.5f, %.4g", tg.Source, snr, maxErr, r.SNRdB, r.MaxErr)
+	}
+	if *r.PlainSNRdB > r.SNRdB {
+		t.Errorf("%s: the search lost: %.3f dB vs plain %.3f", tg.Source, r.SNRdB, *r.PlainSNRdB)
+	}
+	if snr < 10 || snr > 25 {
+		t.Errorf("%s: SNR %.2f dB outside 10-25", tg.Source, snr)
+	}
+	if dst.Has(tg.Module + ".weight") {
+		t.Errorf("%s.weight written beside the quantized tensors", tg.Module)
+	}
+	return r.SNRdB - *r.PlainSNRdB
+}
+
+// openConverted opens the input model and the converted checkpoint; both
+// are closed when the test ends.
+func openConverted(t *testing.T, in, out string) (*spark.Model, *safetensors.Checkpoint) {
+	t.Helper()
+	src, err := spark.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	dst, err := safetensors.OpenDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dst.Close() })
+	return src, dst
+}
+
+// checkCopied checks the rest of an int4 conversion: the report names as
+// many tensors as there are targets, every tensor that is not quantized is
+// copied bit for bit, and with quantHead no lm_head.weight is written.
+func checkCopied(t *testing.T, src *spark.Model, dst *safetensors.Checkpoint, rep *Report, targets []Target, quantHead bool) {
+	t.Helper()
+	if len(rep.Tensors) != len(targets) {
+		t.Errorf("report has %d tensors, want %d", len(rep.Tensors), len(targets))
+	}
+	for _, s := range src.Config.Tensors() {
+		if s.Kind == spark.KindLinear || (s.Kind == spark.KindHead && quantHead) {
+			continue
+		}
+		_, a, _ := src.Raw(s.Name)
+		_, b, err := dst.Raw(s.Name)
+		if err != nil || string(a) != string(b) {
+			t.Errorf("%s not copied bit for bit (%v)", s.Name, err)
+		}
+	}
+	if quantHead && dst.Has(spark.HeadName) {
+		t.Error("lm_head.weight written with --quant-head")
+	}
 }
 
 func readConfig(t *testing.T, dir string) map[string]any {

@@ -71,21 +71,6 @@ func readW4(t *testing.T, ck *safetensors.Checkpoint, module string, n, k, g int
 	return l
 }
 
-// snrOf compares the decoded linear with the input weights.
-func snrOf(ref []float64, at func(n, k int) float64, n, k int) (snr, maxErr float64) {
-	var sig, noise float64
-	for r := 0; r < n; r++ {
-		for c := 0; c < k; c++ {
-			x := ref[r*k+c]
-			d := at(r, c) - x
-			sig += x * x
-			noise += d * d
-			maxErr = max(maxErr, math.Abs(d))
-		}
-	}
-	return 10 * math.Log10(sig/noise), maxErr
-}
-
 // TestW4A16Decode decodes a --quant-head checkpoint of the tied tiny model
 // and checks every tensor against the input and the report.
 func TestW4A16Decode(t *testing.T) {
@@ -116,16 +101,7 @@ func checkW4A16(t *testing.T, in, out string, rep *Report, g int, quantHead bool
 	if cfg["tie_word_embeddings"] != !quantHead {
 		t.Errorf("tie_word_embeddings = %v with quant head %v", cfg["tie_word_embeddings"], quantHead)
 	}
-	src, err := spark.Open(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := safetensors.OpenDir(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
+	src, dst := openConverted(t, in, out)
 	reported := map[string]TensorReport{}
 	for _, r := range rep.Tensors {
 		reported[r.Name] = r
@@ -140,43 +116,14 @@ func checkW4A16(t *testing.T, in, out string, rep *Report, g int, quantHead bool
 		if !ok {
 			t.Fatalf("%s not in the report", tg.Source)
 		}
-		if math.Abs(snr-r.SNRdB) > 1e-3 || math.Abs(maxErr-r.MaxErr) > 1e-6*max(1, maxErr) {
-			t.Errorf("%s: decoded SNR %.5f dB, max err %.4g; report %.5f, %.4g", tg.Source, snr, maxErr, r.SNRdB, r.MaxErr)
-		}
-		if *r.PlainSNRdB > r.SNRdB {
-			t.Errorf("%s: the search lost: %.3f dB vs plain %.3f", tg.Source, r.SNRdB, *r.PlainSNRdB)
-		}
-		// asymmetric 4-bit on N(0, 0.02) weights whose outlier input
-		// columns (x10-50) widen the groups that hold them
-		if snr < 10 || snr > 25 {
-			t.Errorf("%s: SNR %.2f dB outside 10-25", tg.Source, snr)
-		}
-		gain += r.SNRdB - *r.PlainSNRdB
-		if dst.Has(tg.Module + ".weight") {
-			t.Errorf("%s.weight written beside the quantized tensors", tg.Module)
-		}
+		gain += checkTarget(t, dst, tg, r, snr, maxErr)
 	}
 	gain /= float64(len(targets))
 	if gain < 0.3 {
 		t.Errorf("the search gained %.3f dB on average, want >= 0.3", gain)
 	}
 	t.Logf("g%d: %d tensors, SNR mean %.2f dB (plain %.2f), gain %.2f dB", g, len(targets), rep.Totals.MeanSNRdB, rep.Totals.PlainMeanSNRdB, gain)
-	if len(rep.Tensors) != len(targets) {
-		t.Errorf("report has %d tensors, want %d", len(rep.Tensors), len(targets))
-	}
-	for _, s := range src.Config.Tensors() {
-		if s.Kind == spark.KindLinear || (s.Kind == spark.KindHead && quantHead) {
-			continue
-		}
-		_, a, _ := src.Raw(s.Name)
-		_, b, err := dst.Raw(s.Name)
-		if err != nil || string(a) != string(b) {
-			t.Errorf("%s not copied bit for bit (%v)", s.Name, err)
-		}
-	}
-	if quantHead && dst.Has("lm_head.weight") {
-		t.Error("lm_head.weight written with --quant-head")
-	}
+	checkCopied(t, src, dst, rep, targets, quantHead)
 }
 
 // TestW4A16NoSearch: plain parameters are torchao's tinygemm rule, group by
