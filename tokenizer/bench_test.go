@@ -10,11 +10,7 @@ import (
 // over all public golden texts. The BPE cache is warm after the first
 // iteration, as in long-running use.
 func BenchmarkEncode(b *testing.B) {
-	texts := goldenTexts(b)
-	total := 0
-	for _, s := range texts {
-		total += len(s)
-	}
+	texts, total := benchTexts(b)
 	for _, name := range goldenNames {
 		b.Run(name, func(b *testing.B) {
 			tk := loadGolden(b, name)
@@ -42,11 +38,7 @@ func BenchmarkEncode(b *testing.B) {
 // (a fresh tokenizer per iteration is too slow to load, so the cache is
 // cleared instead).
 func BenchmarkEncodeCold(b *testing.B) {
-	texts := goldenTexts(b)
-	total := 0
-	for _, s := range texts {
-		total += len(s)
-	}
+	texts, total := benchTexts(b)
 	for _, name := range goldenNames {
 		b.Run(name, func(b *testing.B) {
 			tk := loadGolden(b, name)
@@ -118,6 +110,16 @@ func BenchmarkLoad(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchTexts returns the public golden texts and their total size in
+// bytes (the bytes per op of the encode benchmarks).
+func benchTexts(b *testing.B) (texts []string, total int) {
+	texts = goldenTexts(b)
+	for _, s := range texts {
+		total += len(s)
+	}
+	return texts, total
 }
 
 // reportCPU adds MB of text per CPU-second (all threads, GC included): on
