@@ -163,11 +163,7 @@ func tinyText(t *testing.T, dir string) *Text {
 
 func openModel(t *testing.T, dir string) (Model, func()) {
 	t.Helper()
-	w, err := convert.OpenWeights(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := forward.NewWeights(w, forward.Options{})
+	m, err := convert.OpenForward(dir, forward.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

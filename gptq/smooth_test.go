@@ -19,12 +19,7 @@ func logitsOf(t *testing.T, dir string, ids []int, quantized bool) []float32 {
 	var m *forward.Model
 	var err error
 	if quantized {
-		w, err := convert.OpenWeights(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err = forward.NewWeights(w, forward.Options{})
-		if err != nil {
+		if m, err = convert.OpenForward(dir, forward.Options{}); err != nil {
 			t.Fatal(err)
 		}
 	} else if m, err = forward.Open(dir, forward.Options{}); err != nil {

@@ -105,11 +105,7 @@ func TestRotationOrthogonal(t *testing.T) {
 // logits runs the reference forward of the checkpoint in dir on ids.
 func logits(t *testing.T, dir string, ids []int) []float32 {
 	t.Helper()
-	w, err := convert.OpenWeights(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := forward.NewWeights(w, forward.Options{})
+	m, err := convert.OpenForward(dir, forward.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
