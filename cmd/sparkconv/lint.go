@@ -82,12 +82,11 @@ func lintAll(cmd *cobra.Command, args []string, encodings string) error {
 		all.Errors += rep.Errors
 		all.Warnings += rep.Warnings
 	}
-	if jsonOut {
-		if err := printJSON(all); err != nil {
-			return err
-		}
-	} else {
+	err = printJSONOr(all, func() {
 		fmt.Fprintf(cmd.OutOrStdout(), "%d files: %d errors, %d warnings\n", len(files), all.Errors, all.Warnings)
+	})
+	if err != nil {
+		return err
 	}
 	if all.Errors > 0 {
 		return reported(fmt.Errorf("%d QNN lint errors in %d of %d files", all.Errors, bad, len(files)))

@@ -63,6 +63,17 @@ func printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// printJSONOr prints rep as JSON with --json, else its human form with
+// text: for commands whose verdict (an error exit) follows the printed
+// report.
+func printJSONOr(rep any, text func()) error {
+	if jsonOut {
+		return printJSON(rep)
+	}
+	text()
+	return nil
+}
+
 // usageError marks errors in how the command was called (exit status 2).
 type usageError struct{ err error }
 

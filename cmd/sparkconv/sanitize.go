@@ -54,11 +54,7 @@ func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
 	if err != nil {
 		return err
 	}
-	if jsonOut {
-		if err := printJSON(rep); err != nil {
-			return err
-		}
-	} else {
+	err = printJSONOr(rep, func() {
 		w := cmd.OutOrStdout()
 		for _, c := range rep.Changes {
 			fmt.Fprintln(w, "changed:", c)
@@ -68,6 +64,9 @@ func runSanitize(cmd *cobra.Command, in, out string, force bool) error {
 		}
 		fmt.Fprintf(w, "sanitize: wrote %s (%d bytes): %d changes; QNN lint: %d errors, %d warnings\n",
 			out, rep.Bytes, len(rep.Changes), rep.Errors, rep.Warnings)
+	})
+	if err != nil {
+		return err
 	}
 	if rep.Errors > 0 {
 		return reported(fmt.Errorf("wrote %s, but %d QNN lint errors remain that sanitize does not fix", out, rep.Errors))

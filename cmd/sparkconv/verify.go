@@ -73,12 +73,8 @@ func runVerify(cmd *cobra.Command, model string, exports []string, ortLib string
 	if err != nil {
 		return err
 	}
-	if jsonOut {
-		if err := printJSON(rep); err != nil {
-			return err
-		}
-	} else {
-		printVerify(cmd, rep, time.Since(start))
+	if err := printJSONOr(rep, func() { printVerify(cmd, rep, time.Since(start)) }); err != nil {
+		return err
 	}
 	if !rep.Pass {
 		return reported(fmt.Errorf("verify: %d bars failed", len(rep.Failures)))
