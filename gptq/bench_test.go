@@ -97,24 +97,30 @@ func BenchmarkSolve(b *testing.B) {
 			b.ReportMetric(fl/1e9/b.Elapsed().Seconds(), "GFLOP/s")
 			b.ReportMetric(fl/1e9/(cpuSeconds()-c0), "GFLOP/cpu-s")
 		})
-		var f Factor
-		if err := Prepare(&f, h, sh.k, DefaultDamp, false); err != nil {
-			b.Fatal(err)
-		}
-		b.Run(fmt.Sprintf("%s_%dx%d/solve", sh.name, sh.n, sh.k), func(b *testing.B) {
-			var r Result
-			setPhase("solve") // -tagfocus gptq=solve: the solve without the setup
-			defer setPhase("")
-			c0 := cpuSeconds()
-			for b.Loop() {
-				if err := Solve(&r, m, &f, g); err != nil {
-					b.Fatal(err)
-				}
+		for _, act := range []bool{false, true} {
+			var f Factor
+			if err := Prepare(&f, h, sh.k, DefaultDamp, act); err != nil {
+				b.Fatal(err)
 			}
-			fl := float64(b.N) * solveFLOPs(sh.n, sh.k, false)
-			b.ReportMetric(fl/1e9/b.Elapsed().Seconds(), "GFLOP/s")
-			b.ReportMetric(fl/1e9/(cpuSeconds()-c0), "GFLOP/cpu-s")
-		})
+			name := "solve"
+			if act {
+				name = "solve-act-order"
+			}
+			b.Run(fmt.Sprintf("%s_%dx%d/%s", sh.name, sh.n, sh.k, name), func(b *testing.B) {
+				var r Result
+				setPhase("solve") // -tagfocus gptq=solve: the solve without the setup
+				defer setPhase("")
+				c0 := cpuSeconds()
+				for b.Loop() {
+					if err := Solve(&r, m, &f, g); err != nil {
+						b.Fatal(err)
+					}
+				}
+				fl := float64(b.N) * solveFLOPs(sh.n, sh.k, false)
+				b.ReportMetric(fl/1e9/b.Elapsed().Seconds(), "GFLOP/s")
+				b.ReportMetric(fl/1e9/(cpuSeconds()-c0), "GFLOP/cpu-s")
+			})
+		}
 	}
 }
 
