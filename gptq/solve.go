@@ -128,6 +128,14 @@ type solver struct {
 	stats []quant.ErrStats
 }
 
+// rowChunk is how many rows of a panel run a block's sub-blocks together
+// (a variable for the tests): rows are independent inside a block, so each
+// chunk runs all of the block's columns and sub-block updates while its
+// slice of the panel (rowChunk x BlockSize float32s) stays in cache, rather
+// than every sub-block sweeping the whole panel. Each weight sees the same
+// operations in the same order whatever the chunk.
+var rowChunk = 32
+
 // panel solves rows [n0, n1).
 func (s *solver) panel(n0, n1 int) {
 	k, p := s.m.K, n1-n0
@@ -140,19 +148,12 @@ func (s *solver) panel(n0, n1 int) {
 	u := s.f.U
 	for i1 := 0; i1 < k; i1 += BlockSize {
 		i2 := min(k, i1+BlockSize)
-		for j1 := i1; j1 < i2; j1 += s.sub {
-			j2 := min(i2, j1+s.sub)
-			kernels.Parallel(p, func(lo, hi int) {
-				seg := make([]float32, s.gs)
-				for r := lo; r < hi; r++ {
-					s.columns(n0+r, s.w[r*k:(r+1)*k], s.e[r*BlockSize:], i1, j1, j2, seg)
-				}
-			})
-			if j2 < i2 {
-				// W[:, j2:i2] -= E[:, j1:j2] @ U[j1:j2, j2:i2]
-				kernels.Sgemm(false, false, p, i2-j2, j2-j1, -1, s.e[j1-i1:], BlockSize, u[j1*k+j2:], k, 1, s.w[j2:], k)
+		kernels.Parallel(p, func(lo, hi int) {
+			seg := make([]float32, s.gs)
+			for c0 := lo; c0 < hi; c0 += rowChunk {
+				s.block(n0, c0, min(hi, c0+rowChunk), i1, i2, seg)
 			}
-		}
+		})
 		if i2 < k {
 			// W[:, i2:] -= E @ U[i1:i2, i2:]
 			kernels.Sgemm(false, false, p, k-i2, i2-i1, -1, s.e, BlockSize, u[i1*k+i2:], k, 1, s.w[i2:], k)
@@ -168,6 +169,23 @@ func (s *solver) panel(n0, n1 int) {
 	})
 	for r := range p {
 		s.dst.Stats.Merge(s.stats[r]) // fixed order: identical on every run
+	}
+}
+
+// block runs the columns [i1, i2) of panel rows [r0, r1): sub-block by
+// sub-block, each row's columns, then the sub-block's errors pushed into the
+// block's later columns with one GEMM over these rows.
+func (s *solver) block(n0, r0, r1, i1, i2 int, seg []float32) {
+	k, u := s.m.K, s.f.U
+	for j1 := i1; j1 < i2; j1 += s.sub {
+		j2 := min(i2, j1+s.sub)
+		for r := r0; r < r1; r++ {
+			s.columns(n0+r, s.w[r*k:(r+1)*k], s.e[r*BlockSize:], i1, j1, j2, seg)
+		}
+		if j2 < i2 {
+			// W[r0:r1, j2:i2] -= E[r0:r1, j1:j2] @ U[j1:j2, j2:i2]
+			kernels.Sgemm(false, false, r1-r0, i2-j2, j2-j1, -1, s.e[r0*BlockSize+j1-i1:], BlockSize, u[j1*k+j2:], k, 1, s.w[r0*k+j2:], k)
+		}
 	}
 }
 
