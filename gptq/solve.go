@@ -173,18 +173,22 @@ func (s *solver) panel(n0, n1 int) {
 }
 
 // block runs the columns [i1, i2) of panel rows [r0, r1): sub-block by
-// sub-block, each row's columns, then the sub-block's errors pushed into the
-// block's later columns with one GEMM over these rows.
+// sub-block, column by column across the rows (each row's steps depend on
+// its previous column, so going across rows gives the CPU independent work
+// to overlap), then the sub-block's errors pushed into the block's later
+// columns with one GEMM over these rows.
 func (s *solver) block(n0, r0, r1, i1, i2 int, seg []float32) {
-	k, u := s.m.K, s.f.U
+	k := s.m.K
 	for j1 := i1; j1 < i2; j1 += s.sub {
 		j2 := min(i2, j1+s.sub)
-		for r := r0; r < r1; r++ {
-			s.columns(n0+r, s.w[r*k:(r+1)*k], s.e[r*BlockSize:], i1, j1, j2, seg)
+		for i := j1; i < j2; i++ {
+			for r := r0; r < r1; r++ {
+				s.column(n0+r, s.w[r*k:(r+1)*k], s.e[r*BlockSize:], i, i1, j2, seg)
+			}
 		}
 		if j2 < i2 {
 			// W[r0:r1, j2:i2] -= E[r0:r1, j1:j2] @ U[j1:j2, j2:i2]
-			kernels.Sgemm(false, false, r1-r0, i2-j2, j2-j1, -1, s.e[r0*BlockSize+j1-i1:], BlockSize, u[j1*k+j2:], k, 1, s.w[r0*k+j2:], k)
+			kernels.Sgemm(false, false, r1-r0, i2-j2, j2-j1, -1, s.e[r0*BlockSize+j1-i1:], BlockSize, s.f.U[j1*k+j2:], k, 1, s.w[r0*k+j2:], k)
 		}
 	}
 }
@@ -223,35 +227,32 @@ func (s *solver) setParam(n, gi int, p param) {
 	}
 }
 
-// columns runs columns [j1, j2) of row n (w in processing order) in the
-// block starting at i1: quantize, scale the error by 1/U[i,i], push it
-// into the sub-block's later columns and keep it in e for the GEMMs that
-// update the rest of the row.
-func (s *solver) columns(n int, w, e []float32, i1, j1, j2 int, seg []float32) {
-	k, u, perm := s.m.K, s.f.U, s.f.Perm
-	codes := s.dst.Codes[n*k : (n+1)*k]
+// column runs column i of row n (w in processing order) in the block
+// starting at i1 and the sub-block ending at j2: quantize (fitting the
+// group's parameters first at a group boundary without act-order), scale
+// the error by 1/U[i,i], push it into the sub-block's later columns and
+// keep it in e for the GEMMs that update the rest of the row.
+func (s *solver) column(n int, w, e []float32, i, i1, j2 int, seg []float32) {
+	k, u := s.m.K, s.f.U
+	c := s.f.Perm[i]
 	var p param
-	if !s.f.Act {
-		p = s.dst.param(n, j1/s.gs) // in processing order, groups are runs
+	switch {
+	case s.f.Act:
+		p = s.dst.param(n, c/s.gs)
+	case i%s.gs == 0: // in processing order, groups are runs
+		copy(seg, w[i:i+s.gs])
+		p = s.g.fit(seg)
+		s.setParam(n, i/s.gs, p)
+	default:
+		p = s.dst.param(n, i/s.gs)
 	}
-	for i := j1; i < j2; i++ {
-		c := perm[i]
-		switch {
-		case s.f.Act:
-			p = s.dst.param(n, c/s.gs)
-		case i%s.gs == 0:
-			copy(seg, w[i:i+s.gs])
-			p = s.g.fit(seg)
-			s.setParam(n, i/s.gs, p)
-		}
-		q, v := s.g.code(p, w[i])
-		codes[c] = q
-		d := (w[i] - v) / u[i*k+i]
-		e[i-i1] = d
-		wi := w[i+1 : j2]
-		ui := u[i*k+i+1 : i*k+i+1+len(wi)]
-		for j := range wi {
-			wi[j] -= d * ui[j]
-		}
+	q, v := s.g.code(p, w[i])
+	s.dst.Codes[n*k+c] = q
+	d := (w[i] - v) / u[i*k+i]
+	e[i-i1] = d
+	wi := w[i+1 : j2]
+	ui := u[i*k+i+1 : i*k+i+1+len(wi)]
+	for j := range wi {
+		wi[j] -= d * ui[j]
 	}
 }
