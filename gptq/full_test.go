@@ -94,7 +94,8 @@ func TestMeasureHead(t *testing.T) {
 // SPARKCONV_FULL_FROM=L: layers before L run in float, unsolved, to reach
 // it; SPARKCONV_FULL_LAYERS=N layers calibrated from there;
 // SPARKCONV_FULL_TOKENS=T; SPARKCONV_FULL_SAMPLES=FILE instead of the
-// embedded corpus). Per layer: forward and solve time, each module's
+// embedded corpus; SPARKCONV_FULL_ACT_ORDER=1: act-order, the default of
+// gptq and w4a16). Per layer: forward and solve time, each module's
 // held-out error GPTQ/RTN and any retry's note (SPARKCONV_FULL_DAMPS=a,b,..:
 // retry at every one of these dampings). A measurement, skipped
 // without SPARKCONV_FULL; it stops after the solve (the other layers are
@@ -142,6 +143,7 @@ func TestMeasureBudget(t *testing.T) {
 	if f := os.Getenv("SPARKCONV_FULL_SAMPLES"); f != "" {
 		c.Files = []string{f}
 	}
+	c.ActOrder = os.Getenv("SPARKCONV_FULL_ACT_ORDER") == "1" // gptq's and w4a16's default
 	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 128}
 	start := time.Now()
 	_, err := convert.Convert(context.Background(), o, f, c)
