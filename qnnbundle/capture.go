@@ -32,10 +32,7 @@ func SamplePositions(n, held, last int) (calib, hold []int) {
 	seen := map[int]bool{}
 	var all []int
 	for i := range k {
-		p := 0
-		if k > 1 {
-			p = (i*last + (k-1)/2) / (k - 1)
-		}
+		p := spread(i, k, last)
 		if !seen[p] {
 			seen[p] = true
 			all = append(all, p)
@@ -49,6 +46,15 @@ func SamplePositions(n, held, last int) (calib, hold []int) {
 		}
 	}
 	return calib, hold
+}
+
+// spread is the i-th of n positions spread evenly over [0, last], both
+// ends included (rounded to nearest; 0 when n is 1).
+func spread(i, n, last int) int {
+	if n <= 1 {
+		return 0
+	}
+	return (i*last + (n-1)/2) / (n - 1)
 }
 
 // Trace is the reference forward's record of a calibration stream: per
@@ -196,11 +202,7 @@ func ObservePositions(n, last int, calib, held []int) []int {
 		set[p] = true
 	}
 	for i := range n {
-		p := 0
-		if n > 1 {
-			p = (i*last + (n-1)/2) / (n - 1)
-		}
-		if !skip[p] {
+		if p := spread(i, n, last); !skip[p] {
 			set[p] = true
 		}
 	}
