@@ -70,13 +70,24 @@ func (g Grid) code(p param, w float32) (uint8, float32) {
 	return uint8(q), s.Value(q)
 }
 
-// value dequantizes a stored code.
-func (g Grid) value(p param, q uint8) float32 {
+// values dequantizes one group's stored codes into dst[:len(codes)].
+func (g Grid) values(p param, codes []uint8, dst []float32) {
+	dst = dst[:len(codes)]
 	switch g.Kind {
 	case convert.GridSym4:
-		return quant.Sym4{Scale: p.scale}.Value(q)
+		s := quant.Sym4{Scale: p.scale}
+		for j, q := range codes {
+			dst[j] = s.Value(q)
+		}
 	case convert.GridAsym4:
-		return quant.Asym4{Scale: p.scale, Zero: p.zero}.Value(q)
+		a := quant.Asym4{Scale: p.scale, Zero: p.zero}
+		for j, q := range codes {
+			dst[j] = a.Value(q)
+		}
+	default:
+		s := quant.Int8{Scale: p.scale}
+		for j, q := range codes {
+			dst[j] = s.Value(int8(q))
+		}
 	}
-	return quant.Int8{Scale: p.scale}.Value(int8(q))
 }

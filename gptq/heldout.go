@@ -67,8 +67,7 @@ func (nearest) dequantizeRow(g Grid, _ int, w, dst []float32) {
 	for g0 := 0; g0 < len(w); g0 += gs {
 		p := g.fit(w[g0 : g0+gs])
 		for j, v := range w[g0 : g0+gs] {
-			q, _ := g.code(p, v)
-			dst[g0+j] = g.value(p, q)
+			_, dst[g0+j] = g.code(p, v)
 		}
 	}
 }

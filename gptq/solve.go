@@ -31,9 +31,9 @@ type Result struct {
 	Stats       quant.ErrStats
 }
 
-// params returns group gi of row n.
-func (r *Result) param(n, gi int) param {
-	i := n*(r.K/r.Group) + gi
+// param returns the parameters of group i, counted over all rows (group
+// gi of row n is n*(K/Group)+gi).
+func (r *Result) param(i int) param {
 	p := param{scale: r.Scales[i]}
 	if r.Zeros != nil {
 		p.zero = r.Zeros[i]
@@ -43,8 +43,10 @@ func (r *Result) param(n, gi int) param {
 
 // Dequantize writes row n's dequantized weights into dst[:K].
 func (r *Result) Dequantize(g Grid, n int, dst []float32) {
-	for k := range r.K {
-		dst[k] = g.value(r.param(n, k/r.Group), r.Codes[n*r.K+k])
+	ng := r.K / r.Group
+	for gi := range ng {
+		lo := gi * r.Group
+		g.values(r.param(n*ng+gi), r.Codes[n*r.K+lo:n*r.K+lo+r.Group], dst[lo:lo+r.Group])
 	}
 }
 
@@ -88,8 +90,14 @@ func solve(dst *Result, m quant.Matrix, f *Factor, g Grid, done func()) error {
 	}
 	dst.size(n, k, gs, g.Kind == convert.GridAsym4)
 	rows := max(1, min(n, panelBytes/(4*k)))
-	s := &solver{m: m, f: f, g: g, dst: dst, gs: gs, sub: subWidth(gs),
+	s := &solver{m: m, f: f, g: g, dst: dst, gs: gs, ng: k / gs, group: make([]int, k), sub: subWidth(gs),
 		w: make([]float32, rows*k), e: make([]float32, rows*BlockSize), stats: make([]quant.ErrStats, rows)}
+	for i, c := range f.Perm {
+		s.group[i] = c / gs
+		if !f.Act {
+			s.group[i] = i / gs // in processing order, groups are runs
+		}
+	}
 	for n0 := 0; n0 < n; n0 += rows {
 		s.panel(n0, min(n, n0+rows))
 		if done != nil {
@@ -122,6 +130,8 @@ type solver struct {
 	g     Grid
 	dst   *Result
 	gs    int
+	ng    int       // groups per row
+	group []int     // [K] the group of each column, in processing order
 	sub   int       // sub-block width
 	w     []float32 // [rows, K] panel in processing order
 	e     []float32 // [rows, BlockSize] scaled errors of the current block
@@ -220,7 +230,7 @@ func (s *solver) load(n int, w []float32, buf []float32) {
 }
 
 func (s *solver) setParam(n, gi int, p param) {
-	i := n*(s.m.K/s.gs) + gi
+	i := n*s.ng + gi
 	s.dst.Scales[i] = p.scale
 	if s.dst.Zeros != nil {
 		s.dst.Zeros[i] = p.zero
@@ -234,17 +244,14 @@ func (s *solver) setParam(n, gi int, p param) {
 // keep it in e for the GEMMs that update the rest of the row.
 func (s *solver) column(n int, w, e []float32, i, i1, j2 int, seg []float32) {
 	k, u := s.m.K, s.f.U
-	c := s.f.Perm[i]
+	c, gi := s.f.Perm[i], s.group[i]
 	var p param
-	switch {
-	case s.f.Act:
-		p = s.dst.param(n, c/s.gs)
-	case i%s.gs == 0: // in processing order, groups are runs
+	if !s.f.Act && i == gi*s.gs { // a group's first column
 		copy(seg, w[i:i+s.gs])
 		p = s.g.fit(seg)
-		s.setParam(n, i/s.gs, p)
-	default:
-		p = s.dst.param(n, i/s.gs)
+		s.setParam(n, gi, p)
+	} else {
+		p = s.dst.param(n*s.ng + gi)
 	}
 	q, v := s.g.code(p, w[i])
 	s.dst.Codes[n*k+c] = q
