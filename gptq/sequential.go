@@ -389,12 +389,19 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 	h := r.hess[p]
 	factored := false
 	var ferr error
+	left := 0 // targets still to solve on this factor
+	for _, lm := range layerModules {
+		if _, ok := r.targets[spark.LayerWeight(i, lm.name)]; ok && lm.input == p {
+			left++
+		}
+	}
 	for _, lm := range layerModules {
 		src := spark.LayerWeight(i, lm.name)
 		t, ok := r.targets[src]
 		if !ok || lm.input != p {
 			continue
 		}
+		left--
 		t0 := time.Now()
 		if !factored {
 			h.Finish()
@@ -409,7 +416,7 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 		}
 		w := l.Linear(lm.name)
 		m := quant.F32Matrix(t.N, t.K, *w)
-		res, err := r.module(t, m, h, ferr, p.String(), t0, nil)
+		res, err := r.module(t, m, h, ferr, p.String(), t0, nil, left == 0)
 		if errors.Is(err, errOverflow) {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
@@ -479,7 +486,7 @@ func (r *run) head() error {
 	if err != nil {
 		return err
 	}
-	_, err = r.module(*t, m, h, ferr, forward.FinalNorm.String(), t0, func() { r.j.Model.Release(t.Source) })
+	_, err = r.module(*t, m, h, ferr, forward.FinalNorm.String(), t0, func() { r.j.Model.Release(t.Source) }, true)
 	r.j.Model.Release(t.Source)
 	return err
 }
@@ -489,8 +496,9 @@ func (r *run) head() error {
 // measures both on the held-out rows and stores the result. Round to
 // nearest's error is measured row block by row block: its whole Result is
 // only made when it is the one stored. done (if set) is called whenever a
-// pass over m's rows has read a part of them for the last time.
-func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr error, input string, t0 time.Time, done func()) (*Result, error) {
+// pass over m's rows has read a part of them for the last time. last says
+// no later module reads r.f, so a retry may factor into it.
+func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr error, input string, t0 time.Time, done func(), last bool) (*Result, error) {
 	rep := &convert.ModuleReport{Method: "gptq", Input: input, Tokens: h.Tokens, HeldOutRows: h.HeldRows()}
 	var res *Result
 	if ferr == nil {
@@ -511,7 +519,7 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 	}
 	if ferr == nil && (rep.OutErr > rep.OutErrRTN || r.c.retryAll) {
 		var err error
-		if res, err = r.retry(t, m, h, res, rep, done); err != nil {
+		if res, err = r.retry(t, m, h, res, rep, done, last); err != nil {
 			return nil, err
 		}
 	}
@@ -570,21 +578,26 @@ var RetryDamps = []float64{1, 0.1}
 
 // retry solves m again at each of RetryDamps above the damping that lost,
 // until one beats round to nearest; it keeps the best codes seen and says
-// in rep.Note what each damping gave.
-func (r *run) retry(t convert.Target, m quant.Matrix, h *calib.Hessian, res *Result, rep *convert.ModuleReport, done func()) (*Result, error) {
+// in rep.Note what each damping gave. When last, it factors into r.f
+// itself (no other module reads it): a K = 6656 factor is 177 MB of
+// float32 that a new one would allocate and clear again.
+func (r *run) retry(t convert.Target, m quant.Matrix, h *calib.Hessian, res *Result, rep *convert.ModuleReport, done func(), last bool) (*Result, error) {
 	setPhase("retry")
 	tried := fmt.Sprintf("%g: %.4g", rep.DampPercent, rep.OutErr)
-	f := Factor{work: r.f.work} // r.f's float64 scratch is free again
+	f := &Factor{work: r.f.work} // r.f's float64 scratch is free again
+	if last {
+		f = &r.f
+	}
 	first, retried := rep.DampPercent, false
 	for _, d := range RetryDamps {
 		if d <= first || (rep.OutErr <= rep.OutErrRTN && !r.c.retryAll) {
 			continue
 		}
-		if err := Prepare(&f, h.H, h.K, d, r.c.ActOrder); err != nil {
+		if err := Prepare(f, h.H, h.K, d, r.c.ActOrder); err != nil {
 			continue
 		}
 		again := &Result{}
-		if err := solve(again, m, &f, r.grid, done); err != nil {
+		if err := solve(again, m, f, r.grid, done); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.Source, err)
 		}
 		e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, again)[0]
