@@ -144,14 +144,17 @@ func (kern *microKernel[T]) tile(kb int, ap, bp, c []T, ldc, rb, nb int, tmp *[1
 		kern.fn(kb, ap, bp, c, ldc)
 		return
 	}
+	// A ragged tile runs on a copy of C's rows in tmp and is copied back:
+	// the kernel adds its sums into C after the k loop, so the result is
+	// the full tile's bit for bit. tmp's other cells hold earlier tiles'
+	// leftovers, which the kernel reads and nobody uses.
 	t := tmp[:mr*nr]
-	clear(t)
+	for r := range rb {
+		copy(t[r*nr:r*nr+nb], c[r*ldc:r*ldc+nb])
+	}
 	kern.fn(kb, ap, bp, t, nr)
 	for r := range rb {
-		dst := c[r*ldc : r*ldc+nb]
-		for j, v := range t[r*nr : r*nr+nb] {
-			dst[j] += v
-		}
+		copy(c[r*ldc:r*ldc+nb], t[r*nr:r*nr+nb])
 	}
 }
 
