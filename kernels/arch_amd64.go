@@ -61,9 +61,7 @@ func init() {
 		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX512)
 		transposeAdd = transposeAddAVX512
 		matVecRows = matVecRowsAVX512
-		// bf16 rows widen into scratch and reuse the AVX-512 dot kernel,
-		// so bf16 and float32 weights give the same sums on this family.
-		matVecRowsBF16 = matVecRowsBF16Widen
+		matVecRowsBF16 = matVecRowsBF16AVX512
 		dot = dotAVX512
 		sgemmAll = append(sgemmAll, avx512Sgemm)
 		dgemmAll = append(dgemmAll, avx512Dgemm)
@@ -183,41 +181,64 @@ func transposeAddAVX512(dst []float64, ldd int, src []float32, lds, rows, cols i
 //go:noescape
 func sdot4AVX512(b *float32, ldb int, x *float32, k int, y *float32)
 
+//go:noescape
+func sdot4BF16AVX512(b *uint16, ldb int, x *float32, k int, y *float32)
+
 // matVecRowsAVX512 is matVecRows with four rows per assembly call; the
 // k%16 tail is summed in Go.
 func matVecRowsAVX512(y, b, x []float32, k int) {
+	matVecRows16(y, b, x, k, sdot4AVX512, func(_ []float32, s []float32) []float32 { return s })
+}
+
+// matVecRowsBF16AVX512 is matVecRowsAVX512 on bf16 rows, widened exactly
+// as they are loaded: the same sums as the widened float32 rows, bit for
+// bit, from half the bytes.
+func matVecRowsBF16AVX512(y []float32, b []uint16, x []float32, k int) {
+	matVecRows16(y, b, x, k, sdot4BF16AVX512, func(buf []float32, s []uint16) []float32 {
+		WidenBF16(buf[:len(s)], s)
+		return buf[:len(s)]
+	})
+}
+
+// matVecRows16 runs a 4-row AVX-512 dot kernel over the rows of y (its
+// sums over k &^ 15 values), adding each row's k%16 tail summed by dotGo
+// (tail widens it into a 16-value buffer when needed). The last len(y)%4
+// rows run alone through the same kernel (ldb = 0: all four "rows" are
+// the one row, only y[0] is kept), so a row's sum never depends on its
+// place in y.
+func matVecRows16[T float32 | uint16](y []float32, b []T, x []float32, k int,
+	sdot4 func(b *T, ldb int, x *float32, k int, y *float32), tail func(buf []float32, s []T) []float32) {
 	k16 := k &^ 15
+	var buf [16]float32
+	row := func(j int) float32 { return dotGo(tail(buf[:], b[j*k+k16:(j+1)*k]), x[k16:k]) }
 	j := 0
 	if k16 > 0 {
+		_ = x[k16-1]
 		for ; j+4 <= len(y); j += 4 {
 			_ = b[(j+3)*k+k16-1]
-			_ = x[k16-1]
-			sdot4AVX512(&b[j*k], k, &x[0], k16, &y[j])
+			sdot4(&b[j*k], k, &x[0], k16, &y[j])
 			for r := range 4 {
-				y[j+r] += dotGo(b[(j+r)*k+k16:(j+r+1)*k], x[k16:k])
+				y[j+r] += row(j + r)
 			}
 		}
 	}
-	// The last len(y)%4 rows take the same per-row order as the 4-row
-	// calls, so a row's sum never depends on its place in y.
 	for ; j < len(y); j++ {
-		y[j] = dotAVX512(b[j*k:(j+1)*k], x)
+		var one [4]float32
+		if k16 > 0 {
+			_ = b[j*k+k16-1]
+			sdot4(&b[j*k], 0, &x[0], k16, &one[0])
+		}
+		y[j] = one[0] + row(j)
 	}
 }
 
 // dotAVX512 is Dot with the 16-aligned bulk in assembly, summed in the
-// order of one row of sdot4AVX512 (one row of the 4-row kernel would waste
-// three; it runs on a 1-row view instead), so it equals every row of
-// matVecRowsAVX512 bit for bit.
+// order of one row of matVecRowsAVX512, so it equals every row of it bit
+// for bit.
 func dotAVX512(a, b []float32) float32 {
-	n16 := len(a) &^ 15
-	if n16 == 0 {
-		return dotGo(a, b)
-	}
-	var y [4]float32
-	// ldb = 0: all four "rows" are a; only y[0] is used.
-	sdot4AVX512(&a[0], 0, &b[0], n16, &y[0])
-	return y[0] + dotGo(a[n16:], b[n16:len(a)])
+	var y [1]float32
+	matVecRowsAVX512(y[:], a, b[:len(a)], len(a))
+	return y[0]
 }
 
 //go:noescape

@@ -266,47 +266,85 @@ func (a *asm) transposeAdd() {
 	a.L("")
 }
 
-func (a *asm) sdot4() {
+// sdot4 writes the AVX-512 four-row dot product over float32 rows
+// (sdot4AVX512) or bf16 rows widened exactly on load (sdot4BF16AVX512:
+// VPMOVZXWD, then VPSLLD 16, a bf16 being the top half of its float32).
+// Both run the same FMAs in the same order, so a bf16 row gives the sums
+// of its widened float32 row bit for bit.
+func (a *asm) sdot4(bf16 bool) {
 	rows := []string{"SI", "R8", "R9", "R10"}
-	a.L("// func sdot4AVX512(b *float32, ldb int, x *float32, k int, y *float32)")
+	name, typ, lbl, shift := "sdot4AVX512", "float32", "sdot4", 2
+	if bf16 {
+		name, typ, lbl, shift = "sdot4BF16AVX512", "uint16", "sdot4bf", 1
+	}
+	a.L("// func %s(b *%s, ldb int, x *float32, k int, y *float32)", name, typ)
 	a.L("// y[r] = sum_{p<k} b[r*ldb+p]*x[p] for r < 4; k is a multiple of 16.")
-	a.L("TEXT ·sdot4AVX512(SB), NOSPLIT, $0-40")
+	a.L("TEXT ·%s(SB), NOSPLIT, $0-40", name)
 	a.I("MOVQ b+0(FP), SI")
 	a.I("MOVQ ldb+8(FP), AX")
 	a.I("MOVQ x+16(FP), DX")
 	a.I("MOVQ k+24(FP), CX")
 	a.I("MOVQ y+32(FP), DI")
-	a.I("SHLQ $2, AX")
+	a.I("SHLQ $%d, AX", shift)
 	a.I("LEAQ (SI)(AX*1), R8")
 	a.I("LEAQ (SI)(AX*2), R9")
 	a.I("LEAQ (R8)(AX*2), R10")
 	for i := range 8 {
 		a.I("VPXORD Z%d, Z%d, Z%d", i, i, i)
 	}
-	a.I("XORQ BX, BX")
+	a.I("XORQ BX, BX") // offset into x, in bytes
+	idx := "BX"        // offset into the rows: x's, or half of it for bf16
+	if bf16 {
+		idx = "R12"
+		a.I("XORQ R12, R12")
+	}
 	a.I("SHLQ $2, CX")
-	a.L("sdot4_loop32:")
+	mem := func(off int, base string) string {
+		if off == 0 {
+			return fmt.Sprintf("(%s)(%s*1)", base, idx)
+		}
+		return fmt.Sprintf("%d(%s)(%s*1)", off, base, idx)
+	}
+	// fma adds row r's 16 values at byte offset off times x's vector xv
+	// into accumulator acc.
+	fma := func(r, off, xv, acc int) {
+		if !bf16 {
+			a.I("VFMADD231PS %s, Z%d, Z%d", mem(2*off, rows[r]), xv, acc)
+			return
+		}
+		a.I("VPMOVZXWD %s, Z%d", mem(off, rows[r]), 18+acc)
+		a.I("VPSLLD $16, Z%d, Z%d", 18+acc, 18+acc)
+		a.I("VFMADD231PS Z%d, Z%d, Z%d", 18+acc, xv, acc)
+	}
+	advance := func(bytes int) { // the rows' offset, when it is not x's
+		if bf16 {
+			a.I("ADDQ $%d, R12", bytes/2)
+		}
+	}
+	a.L("%s_loop32:", lbl)
 	a.I("LEAQ 128(BX), R11")
 	a.I("CMPQ R11, CX")
-	a.I("JGT sdot4_loop16")
+	a.I("JGT %s_loop16", lbl)
 	a.I("VMOVUPS (DX)(BX*1), Z16")
 	a.I("VMOVUPS 64(DX)(BX*1), Z17")
-	for r, base := range rows {
-		a.I("VFMADD231PS (%s)(BX*1), Z16, Z%d", base, r)
-		a.I("VFMADD231PS 64(%s)(BX*1), Z17, Z%d", base, r+4)
+	for r := range rows {
+		fma(r, 0, 16, r)
+		fma(r, 32, 17, r+4)
 	}
 	a.I("MOVQ R11, BX")
-	a.I("JMP sdot4_loop32")
-	a.L("sdot4_loop16:")
+	advance(128)
+	a.I("JMP %s_loop32", lbl)
+	a.L("%s_loop16:", lbl)
 	a.I("CMPQ BX, CX")
-	a.I("JGE sdot4_reduce")
+	a.I("JGE %s_reduce", lbl)
 	a.I("VMOVUPS (DX)(BX*1), Z16")
-	for r, base := range rows {
-		a.I("VFMADD231PS (%s)(BX*1), Z16, Z%d", base, r)
+	for r := range rows {
+		fma(r, 0, 16, r)
 	}
 	a.I("ADDQ $64, BX")
-	a.I("JMP sdot4_loop16")
-	a.L("sdot4_reduce:")
+	advance(64)
+	a.I("JMP %s_loop16", lbl)
+	a.L("%s_reduce:", lbl)
 	for r := range 4 {
 		a.I("VADDPS Z%d, Z%d, Z%d", r+4, r, r)
 		a.I("VEXTRACTF64X4 $1, Z%d, Y8", r)
@@ -633,7 +671,8 @@ func main() {
 	p.transpose16x16()
 	p.addF32ToF64("addF32ToF64AVX512", "Z", 8)
 	p.transposeAdd()
-	p.sdot4()
+	p.sdot4(false)
+	p.sdot4(true)
 	p.transpose8x8F64()
 	writeFile("pack_amd64.s", p.Bytes())
 

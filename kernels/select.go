@@ -102,7 +102,7 @@ var familyKernels = map[string][4]string{
 	"go-2x4": {"go-2x4", "go-2x4 + portable bf16 packer", "go dot (8 lane sums)", "widen 8 rows, go dot"},
 	"avx2-6x16": {"avx2-6x16 (FMA) + avx2 transpose packer", "avx2-6x16 + avx2 widen-transpose packer (VPMOVZXWD, VPSLLD 16)",
 		"avx2 dot4 (the go dot's order: multiply, then add)", "avx2 dot4, bf16 widened on load"},
-	"avx512-14x32": {"avx512-14x32 (FMA)", "avx512-14x32 + portable bf16 packer", "avx512 sdot4 (FMA)", "widen 8 rows, avx512 sdot4"},
+	"avx512-14x32": {"avx512-14x32 (FMA)", "avx512-14x32 + portable bf16 packer", "avx512 sdot4 (FMA)", "avx512 sdot4, bf16 widened on load (VPMOVZXWD, VPSLLD 16)"},
 }
 
 // Selection is the kernel selection table of this process: for each
