@@ -60,6 +60,7 @@ func init() {
 	if envFamily >= familyAVX512 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ {
 		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX512)
 		transposeAdd = transposeAddAVX512
+		mirror8 = mirror8AVX512
 		matVecRows = matVecRowsAVX512
 		matVecRowsBF16 = matVecRowsBF16AVX512
 		dot = dotAVX512
@@ -243,6 +244,14 @@ func dotAVX512(a, b []float32) float32 {
 
 //go:noescape
 func transpose8x8F64AVX512(src *float64, lds int, dst *float64, ldd int, mask uint8, alpha float64)
+
+// mirror8AVX512 is mirror8 as one 8x8 assembly transpose (times 1,
+// exact).
+func mirror8AVX512(a []float64, n, i, j int) {
+	_ = a[(i+7)*n+j+7]
+	_ = a[(j+7)*n+i+7]
+	transpose8x8F64AVX512(&a[i*n+j], n, &a[j*n+i], n, 0xFF, 1)
+}
 
 // packBTransF64AVX512 is packB for float64, nr = 16 and a transposed B,
 // using 8x8 assembly transposes for the full blocks.

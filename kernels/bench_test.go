@@ -147,3 +147,20 @@ func benchFactor(b *testing.B, factor func([]float64, int) error, flopsPerCube f
 		})
 	}
 }
+
+// BenchmarkSymmetrizeLower times the mirror that finishes each Hessian,
+// in MB of the upper triangle written a second.
+func BenchmarkSymmetrizeLower(b *testing.B) {
+	for _, n := range []int{2048, 6656} {
+		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
+			a := make([]float64, n*n)
+			for i := range a {
+				a[i] = float64(i % 17)
+			}
+			b.SetBytes(int64(n) * int64(n-1) / 2 * 8)
+			for b.Loop() {
+				SymmetrizeLower(a, n)
+			}
+		})
+	}
+}

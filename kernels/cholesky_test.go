@@ -3,6 +3,7 @@ package kernels
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -186,4 +187,37 @@ func TestCholeskyUpperInverse(t *testing.T) {
 	if err := CholeskyUpperInverse(bad, 2); err == nil {
 		t.Error("indefinite matrix accepted")
 	}
+}
+
+// TestSymmetrizeLower checks the mirror of the strict lower triangle,
+// whole 8x8 blocks and ragged edges, on the active kernels and the
+// portable ones: every upper element becomes its lower twin, bit for bit,
+// and the lower triangle stays.
+func TestSymmetrizeLower(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	run := func(t *testing.T) {
+		for _, n := range []int{1, 2, 7, 8, 9, 16, 63, 64, 65, 72, 130, 200} {
+			a := make([]float64, n*n)
+			for i := range a {
+				a[i] = r.NormFloat64()
+			}
+			want := slices.Clone(a)
+			for i := range n {
+				for j := range i {
+					want[j*n+i] = want[i*n+j]
+				}
+			}
+			SymmetrizeLower(a, n)
+			for i := range a {
+				if math.Float64bits(a[i]) != math.Float64bits(want[i]) {
+					t.Fatalf("n=%d: element (%d,%d) = %v, want %v", n, i/n, i%n, a[i], want[i])
+				}
+			}
+		}
+	}
+	t.Run(Active(), run)
+	t.Run("portable", func(t *testing.T) {
+		defer usePortable()()
+		run(t)
+	})
 }

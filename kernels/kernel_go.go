@@ -43,11 +43,11 @@ var (
 // the fallbacks on CPUs that have faster ones) and returns the undo.
 func usePortable() (restore func()) {
 	s, d, mv, dt, af, ta := sgemmKern, dgemmKern, matVecRows, dot, addF32ToF64, transposeAdd
-	pb, mb := packBBF16, matVecRowsBF16
+	pb, mb, m8 := packBBF16, matVecRowsBF16, mirror8
 	sgemmKern, dgemmKern, matVecRows, dot, addF32ToF64, transposeAdd = goSgemm, goDgemm, matVecRowsGo, dotGo, addF32ToF64Go, transposeAddGo
-	packBBF16, matVecRowsBF16 = packBBF16Go, matVecRowsBF16Widen
+	packBBF16, matVecRowsBF16, mirror8 = packBBF16Go, matVecRowsBF16Widen, mirror8Go
 	return func() {
 		sgemmKern, dgemmKern, matVecRows, dot, addF32ToF64, transposeAdd = s, d, mv, dt, af, ta
-		packBBF16, matVecRowsBF16 = pb, mb
+		packBBF16, matVecRowsBF16, mirror8 = pb, mb, m8
 	}
 }
