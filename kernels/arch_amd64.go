@@ -61,6 +61,7 @@ func init() {
 		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX512)
 		transposeAdd = transposeAddAVX512
 		mirror8 = mirror8AVX512
+		geluKern = geluKernel{"avx512 replay of math.Erf and math.Exp, 8 lanes", geluBlocksAVX512}
 		matVecRows = matVecRowsAVX512
 		matVecRowsBF16 = matVecRowsBF16AVX512
 		dot = dotAVX512
@@ -244,6 +245,17 @@ func dotAVX512(a, b []float32) float32 {
 
 //go:noescape
 func transpose8x8F64AVX512(src *float64, lds int, dst *float64, ldd int, mask uint8, alpha float64)
+
+//go:noescape
+func geluErfAVX512(x *float32, n8 int) (done int)
+
+// geluBlocksAVX512 is geluBlocks in assembly.
+func geluBlocksAVX512(x []float32) int {
+	if len(x) < 8 {
+		return 0
+	}
+	return geluErfAVX512(&x[0], len(x)/8)
+}
 
 // mirror8AVX512 is mirror8 as one 8x8 assembly transpose (times 1,
 // exact).

@@ -7,7 +7,8 @@
 // GPTQ needs (Cholesky, TriInverseLower, CholeskyInverse and
 // CholeskyUpperInverse, the upper factor of the inverse), plus a few
 // element-wise helpers (RMSNorm, Softmax, GELUErf, Sigmoid, Dot, Axpy, Mul)
-// and Parallel.
+// and Parallel. On AVX-512, GELUErf replays math.Erf and math.Exp in 8
+// float64 lanes, bit for bit the Go expression.
 //
 // All matrices are dense row-major slices. GEMMs use a packed, cache-blocked
 // driver (operands copied into micro-panels, work split into tasks that idle

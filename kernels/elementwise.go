@@ -90,15 +90,6 @@ func Softmax(x []float32) {
 	}
 }
 
-// GELUErf replaces x by the exact GELU 0.5*x*(1+erf(x/sqrt(2))) in place,
-// evaluated in float64.
-func GELUErf(x []float32) {
-	for i, v := range x {
-		f := float64(v)
-		x[i] = float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
-	}
-}
-
 // Sigmoid replaces x by 1/(1+exp(-x)) in place, evaluated in float64.
 func Sigmoid(x []float32) {
 	for i, v := range x {

@@ -1,14 +1,17 @@
 //go:build ignore
 
 // gen_asm writes gemm_amd64.s (register-tiled GEMM micro-kernels for
-// AVX-512 and AVX2+FMA) and pack_amd64.s (AVX-512 transposes, float32 ->
-// float64 accumulation, dot products). Run with `go generate` (see
-// arch_amd64.go).
+// AVX-512 and AVX2+FMA), pack_amd64.s (AVX-512 transposes, float32 ->
+// float64 accumulation, dot products), avx2_amd64.s (the AVX2 packers and
+// dot products), dotbf16_amd64.s (the AVX512-BF16 micro-kernel) and
+// gelu_amd64.s (GELU's float64 erf on AVX-512). Run with `go generate`
+// (see arch_amd64.go).
 package main
 
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 )
 
@@ -657,6 +660,230 @@ func (a *asm) roundTransBF16() {
 	a.transposeStore("VMOVDQU32", "K2")
 }
 
+// geluConst is one float64 (or, with bits set, a 64-bit pattern) of
+// geluErfAVX512's table.
+type geluConst struct {
+	name string
+	v    float64
+	bits uint64
+}
+
+// geluConsts are math.Erf's constants, copied from Go's math/erf.go (from
+// FreeBSD's s_erf.c), and math.Exp's from math/exp_amd64.s, so the
+// assembly holds the same float64 values the Go compiler and assembler
+// made of the same literals.
+var geluConsts = []geluConst{
+	{name: "sqrt2", v: 1.41421356237309504880168872420969807856967187537694807317667974}, // math.Sqrt2
+	{name: "half", v: 0.5}, {name: "one", v: 1}, {name: "two", v: 2}, {name: "zero", v: 0},
+	{name: "small", v: 1.0 / (1 << 28)}, {name: "b1", v: 0.84375}, {name: "b2", v: 1.25},
+	{name: "b3", v: 1 / 0.35}, {name: "b4", v: 6}, {name: "maxf32", v: math.MaxFloat32},
+	{name: "c5625", v: 0.5625},
+	{name: "erx", v: 8.45062911510467529297e-01}, {name: "efx", v: 1.28379167095512586316e-01},
+	{name: "pp0", v: 1.28379167095512558561e-01}, {name: "pp1", v: -3.25042107247001499370e-01},
+	{name: "pp2", v: -2.84817495755985104766e-02}, {name: "pp3", v: -5.77027029648944159157e-03},
+	{name: "pp4", v: -2.37630166566501626084e-05},
+	{name: "qq1", v: 3.97917223959155352819e-01}, {name: "qq2", v: 6.50222499887672944485e-02},
+	{name: "qq3", v: 5.08130628187576562776e-03}, {name: "qq4", v: 1.32494738004321644526e-04},
+	{name: "qq5", v: -3.96022827877536812320e-06},
+	{name: "pa0", v: -2.36211856075265944077e-03}, {name: "pa1", v: 4.14856118683748331666e-01},
+	{name: "pa2", v: -3.72207876035701323847e-01}, {name: "pa3", v: 3.18346619901161753674e-01},
+	{name: "pa4", v: -1.10894694282396677476e-01}, {name: "pa5", v: 3.54783043256182359371e-02},
+	{name: "pa6", v: -2.16637559486879084300e-03},
+	{name: "qa1", v: 1.06420880400844228286e-01}, {name: "qa2", v: 5.40397917702171048937e-01},
+	{name: "qa3", v: 7.18286544141962662868e-02}, {name: "qa4", v: 1.26171219808761642112e-01},
+	{name: "qa5", v: 1.36370839120290507362e-02}, {name: "qa6", v: 1.19844998467991074170e-02},
+	{name: "ra0", v: -9.86494403484714822705e-03}, {name: "ra1", v: -6.93858572707181764372e-01},
+	{name: "ra2", v: -1.05586262253232909814e+01}, {name: "ra3", v: -6.23753324503260060396e+01},
+	{name: "ra4", v: -1.62396669462573470355e+02}, {name: "ra5", v: -1.84605092906711035994e+02},
+	{name: "ra6", v: -8.12874355063065934246e+01}, {name: "ra7", v: -9.81432934416914548592e+00},
+	{name: "sa1", v: 1.96512716674392571292e+01}, {name: "sa2", v: 1.37657754143519042600e+02},
+	{name: "sa3", v: 4.34565877475229228821e+02}, {name: "sa4", v: 6.45387271733267880336e+02},
+	{name: "sa5", v: 4.29008140027567833386e+02}, {name: "sa6", v: 1.08635005541779435134e+02},
+	{name: "sa7", v: 6.57024977031928170135e+00}, {name: "sa8", v: -6.04244152148580987438e-02},
+	{name: "rb0", v: -9.86494292470009928597e-03}, {name: "rb1", v: -7.99283237680523006574e-01},
+	{name: "rb2", v: -1.77579549177547519889e+01}, {name: "rb3", v: -1.60636384855821916062e+02},
+	{name: "rb4", v: -6.37566443368389627722e+02}, {name: "rb5", v: -1.02509513161107724954e+03},
+	{name: "rb6", v: -4.83519191608651397019e+02},
+	{name: "sb1", v: 3.03380607434824582924e+01}, {name: "sb2", v: 3.25792512996573918826e+02},
+	{name: "sb3", v: 1.53672958608443695994e+03}, {name: "sb4", v: 3.19985821950859553908e+03},
+	{name: "sb5", v: 2.55305040643316442583e+03}, {name: "sb6", v: 4.74528541206955367215e+02},
+	{name: "sb7", v: -2.24409524465858183362e+01},
+	// math.Exp (exp_amd64.s): the reduction and the Taylor coefficients.
+	{name: "log2e", v: 1.4426950408889634073599246810018920},
+	{name: "ln2u", v: 0.69314718055966295651160180568695068359375},
+	{name: "ln2l", v: 0.28235290563031577122588448175013436025525412068e-12},
+	{name: "c0625", v: 0.0625},
+	{name: "e24", v: 1.6666666666666666667e-1}, {name: "e32", v: 4.1666666666666666667e-2},
+	{name: "e40", v: 8.3333333333333333333e-3}, {name: "e48", v: 1.3888888888888888889e-3},
+	{name: "e56", v: 1.9841269841269841270e-4}, {name: "e64", v: 2.4801587301587301587e-5},
+	// bit patterns
+	{name: "absmask", bits: 0x7FFFFFFFFFFFFFFF}, {name: "signbit", bits: 0x8000000000000000},
+	{name: "himask", bits: 0xFFFFFFFF00000000}, {name: "bias", bits: 0x3FF},
+}
+
+// geluErf writes geluErfAVX512, GELUErf's float64 formula on 8 values a
+// step: float32(0.5*f*(1+math.Erf(f/math.Sqrt2))) with math.Erf's and
+// math.Exp's (its FMA path, which every AVX-512 CPU takes) operations
+// replayed one for one in each lane, so every result is the Go code's bit
+// for bit. math.Erf's branches become masks: each of its ranges is
+// computed for the whole vector (skipped when no lane is in it) and
+// merged into the lanes that are. It stops before the first 8 values
+// holding a NaN or an infinity (the Go code does those) and returns how
+// many values it wrote.
+func (a *asm) geluErf() {
+	off := map[string]int{}
+	for i, c := range geluConsts {
+		b := c.bits
+		if b == 0 {
+			b = math.Float64bits(c.v)
+		}
+		a.L("DATA geluc<>+%d(SB)/8, $%#016x // %s", 8*i, b, c.name)
+		off[c.name] = 8 * i
+	}
+	a.L("GLOBL geluc<>(SB), RODATA|NOPTR, $%d\n", 8*len(geluConsts))
+	c := func(name string) string {
+		o, ok := off[name]
+		if !ok {
+			panic("geluErf: no constant " + name)
+		}
+		return fmt.Sprintf("%d(CX)", o)
+	}
+	// horner: dst = cs[0] + s*(cs[1] + s*(... + s*cs[n-1])), in the Go
+	// expression's order (innermost product first).
+	horner := func(dst, s int, cs ...string) {
+		n := len(cs) - 1
+		a.I("VMULPD.BCST %s, Z%d, Z%d", c(cs[n]), s, dst)
+		for i := n - 1; i >= 1; i-- {
+			a.I("VADDPD.BCST %s, Z%d, Z%d", c(cs[i]), dst, dst)
+			a.I("VMULPD Z%d, Z%d, Z%d", s, dst, dst)
+		}
+		a.I("VADDPD.BCST %s, Z%d, Z%d", c(cs[0]), dst, dst)
+	}
+	// exp: Zv = math.Exp(Zv) for arguments in [-708, 709] (no overflow,
+	// underflow or denormal result: GELU's are in [-37, 1]); Z16-Z18 are
+	// scratch.
+	exp := func(v int) {
+		t, p, b := 16, 17, 18
+		a.I("VMULPD.BCST %s, Z%d, Z%d", c("log2e"), v, t)
+		a.I("VCVTPD2DQ Z%d, Y%d", t, b)
+		a.I("VCVTDQ2PD Y%d, Z%d", b, t)
+		a.I("VFNMADD231PD.BCST %s, Z%d, Z%d", c("ln2u"), t, v)
+		a.I("VFNMADD231PD.BCST %s, Z%d, Z%d", c("ln2l"), t, v)
+		a.I("VMULPD.BCST %s, Z%d, Z%d", c("c0625"), v, v)
+		a.I("VBROADCASTSD %s, Z%d", c("e64"), p)
+		for _, e := range []string{"e56", "e48", "e40", "e32", "e24", "half", "one"} {
+			a.I("VFMADD213PD.BCST %s, Z%d, Z%d", c(e), v, p)
+		}
+		a.I("VMULPD Z%d, Z%d, Z%d", p, v, v)
+		for range 3 {
+			a.I("VADDPD.BCST %s, Z%d, Z%d", c("two"), v, p)
+			a.I("VMULPD Z%d, Z%d, Z%d", p, v, v)
+		}
+		a.I("VADDPD.BCST %s, Z%d, Z%d", c("two"), v, p)
+		a.I("VFMADD213PD.BCST %s, Z%d, Z%d", c("one"), p, v)
+		a.I("VPMOVSXDQ Y%d, Z%d", b, b)
+		a.I("VPADDQ.BCST %s, Z%d, Z%d", c("bias"), b, b)
+		a.I("VPSLLQ $52, Z%d, Z%d", b, b)
+		a.I("VMULPD Z%d, Z%d, Z%d", b, v, v)
+	}
+	skip := func(k int, label string) {
+		a.I("KORTESTW K%d, K%d", k, k)
+		a.I("JZ %s", label)
+	}
+	a.L("// func geluErfAVX512(x *float32, n8 int) (done int)")
+	a.L("TEXT ·geluErfAVX512(SB), NOSPLIT, $0-24")
+	a.I("MOVQ x+0(FP), SI")
+	a.I("MOVQ n8+8(FP), DX")
+	a.I("LEAQ geluc<>(SB), CX")
+	a.I("XORQ AX, AX")
+	a.L("gelu_loop:")
+	a.I("CMPQ AX, DX")
+	a.I("JGE gelu_done")
+	a.I("VCVTPS2PD (SI), Z0") // f
+	a.I("VPANDQ.BCST %s, Z0, Z15", c("absmask"))
+	a.I("VCMPPD.BCST $6, %s, Z15, K5", c("maxf32")) // !(|f| <= MaxFloat32): NaN or Inf
+	a.I("KORTESTW K5, K5")
+	a.I("JNZ gelu_done")
+	a.I("VDIVPD.BCST %s, Z0, Z1", c("sqrt2"))    // x = f/Sqrt2
+	a.I("VPANDQ.BCST %s, Z1, Z2", c("absmask"))  // ax
+	a.I("VCMPPD.BCST $1, %s, Z1, K1", c("zero")) // sign: x < 0
+	a.I("VBROADCASTSD %s, Z3", c("one"))         // erf(ax) for ax >= 6
+	a.I("VBROADCASTSD %s, Z8", c("one"))
+	a.I("VCMPPD.BCST $1, %s, Z2, K2", c("b1"))
+	a.I("VCMPPD.BCST $1, %s, Z2, K3", c("b2"))
+	a.I("VCMPPD.BCST $1, %s, Z2, K4", c("b4"))
+	// ax < 0.84375: ax + ax*(r/s), or ax + efx*ax below 2**-28.
+	skip(2, "gelu_b")
+	a.I("VMULPD Z2, Z2, Z4")
+	horner(5, 4, "pp0", "pp1", "pp2", "pp3", "pp4")
+	horner(6, 4, "one", "qq1", "qq2", "qq3", "qq4", "qq5")
+	a.I("VDIVPD Z6, Z5, Z5")
+	a.I("VMULPD Z2, Z5, Z5")
+	a.I("VADDPD Z2, Z5, Z5")
+	a.I("VCMPPD.BCST $1, %s, Z2, K5", c("small"))
+	a.I("VMULPD.BCST %s, Z2, Z7", c("efx"))
+	a.I("VADDPD Z2, Z7, Z7")
+	a.I("VMOVAPD Z7, K5, Z5")
+	a.I("VMOVAPD Z5, K2, Z3")
+	// 0.84375 <= ax < 1.25: erx + P/Q over s = ax - 1.
+	a.L("gelu_b:")
+	a.I("KANDNW K3, K2, K6")
+	skip(6, "gelu_c")
+	a.I("VSUBPD.BCST %s, Z2, Z4", c("one"))
+	horner(5, 4, "pa0", "pa1", "pa2", "pa3", "pa4", "pa5", "pa6")
+	horner(6, 4, "one", "qa1", "qa2", "qa3", "qa4", "qa5", "qa6")
+	a.I("VDIVPD Z6, Z5, Z5")
+	a.I("VADDPD.BCST %s, Z5, Z5", c("erx"))
+	a.I("VMOVAPD Z5, K6, Z3")
+	// 1.25 <= ax < 6: 1 - exp(-z*z-0.5625)*exp((z-ax)*(z+ax)+R/S)/ax over
+	// s = 1/(ax*ax), R/S from ra/sa below 1/0.35 and rb/sb above, z = ax
+	// with its low 32 bits cleared.
+	a.L("gelu_c:")
+	a.I("KANDNW K4, K3, K6")
+	skip(6, "gelu_sign")
+	a.I("VMULPD Z2, Z2, Z4")
+	a.I("VDIVPD Z4, Z8, Z4")
+	horner(5, 4, "ra0", "ra1", "ra2", "ra3", "ra4", "ra5", "ra6", "ra7")
+	horner(6, 4, "one", "sa1", "sa2", "sa3", "sa4", "sa5", "sa6", "sa7", "sa8")
+	horner(9, 4, "rb0", "rb1", "rb2", "rb3", "rb4", "rb5", "rb6")
+	horner(10, 4, "one", "sb1", "sb2", "sb3", "sb4", "sb5", "sb6", "sb7")
+	a.I("VCMPPD.BCST $1, %s, Z2, K7", c("b3"))
+	a.I("VMOVAPD Z5, K7, Z9")
+	a.I("VMOVAPD Z6, K7, Z10")
+	a.I("VDIVPD Z10, Z9, Z9")                     // R/S
+	a.I("VPANDQ.BCST %s, Z2, Z11", c("himask"))   // z
+	a.I("VMULPD Z11, Z11, Z12")                   // z*z
+	a.I("VADDPD.BCST %s, Z12, Z12", c("c5625"))   // z*z + 0.5625
+	a.I("VPXORQ.BCST %s, Z12, Z12", c("signbit")) // -z*z - 0.5625
+	a.I("VSUBPD Z2, Z11, Z13")                    // z - ax
+	a.I("VADDPD Z2, Z11, Z14")                    // z + ax
+	a.I("VMULPD Z14, Z13, Z13")
+	a.I("VADDPD Z9, Z13, Z13")
+	exp(12)
+	exp(13)
+	a.I("VMULPD Z13, Z12, Z12")
+	a.I("VDIVPD Z2, Z12, Z12")
+	a.I("VSUBPD Z12, Z8, Z12")
+	a.I("VMOVAPD Z12, K6, Z3")
+	// erf(x) = -erf(ax) for x < 0; GELU = (0.5*f) * (1 + erf(x)).
+	a.L("gelu_sign:")
+	a.I("VXORPD.BCST %s, Z3, K1, Z3", c("signbit"))
+	a.I("VADDPD.BCST %s, Z3, Z3", c("one"))
+	a.I("VMULPD.BCST %s, Z0, Z0", c("half"))
+	a.I("VMULPD Z3, Z0, Z0")
+	a.I("VCVTPD2PS Z0, Y0")
+	a.I("VMOVUPS Y0, (SI)")
+	a.I("ADDQ $32, SI")
+	a.I("INCQ AX")
+	a.I("JMP gelu_loop")
+	a.L("gelu_done:")
+	a.I("SHLQ $3, AX")
+	a.I("MOVQ AX, done+16(FP)")
+	a.I("VZEROUPPER")
+	a.I("RET")
+	a.L("")
+}
+
 func writeFile(name string, b []byte) {
 	if err := os.WriteFile(name, b, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -707,4 +934,10 @@ func main() {
 	d.dotBF16Kernel()
 	d.roundTransBF16()
 	writeFile("dotbf16_amd64.s", d.Bytes())
+
+	var e asm
+	e.L("// Code generated by gen_asm.go; DO NOT EDIT.\n\n//go:build amd64\n\n#include \"textflag.h\"\n")
+	e.L("// AVX-512: GELU's float64 erf, math.Erf and math.Exp replayed lane by lane.\n")
+	e.geluErf()
+	writeFile("gelu_amd64.s", e.Bytes())
 }

@@ -134,6 +134,7 @@ func Selection() []Choice {
 		{"gemm, float32 activations x bf16 weights (prefill linears, head)", names[1], why + "; weights stay bf16, widened exactly in the B panel"},
 		{"matvec, float32 weights (decode)", names[2], why},
 		{"matvec, bf16 weights (decode)", names[3], why + "; half the bytes of float32 weights"},
+		{"GELU (erf) of the MLP, float64", geluKern.name, why + "; every result the Go expression's bit for bit"},
 		dotRow(has("avx512_bf16")),
 		{"bf16 tile gemm (AMX-BF16)", "absent",
 			has("amx_bf16") + ", tile permission " + f.AMX + "; no kernel in this build: no AMX machine was available to test one"},

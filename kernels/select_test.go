@@ -75,16 +75,19 @@ func TestEnvKernelsPins(t *testing.T) {
 // TestSelection checks the table names the kernels actually installed.
 func TestSelection(t *testing.T) {
 	rows := Selection()
-	if len(rows) != 6 {
+	if len(rows) != 7 {
 		t.Fatalf("%d rows", len(rows))
 	}
 	if !strings.HasPrefix(rows[0].Kernel, Active()) {
 		t.Errorf("gemm row %q, active kernel %s", rows[0].Kernel, Active())
 	}
-	if got := rows[4].Kernel; strings.HasPrefix(got, "avx512bf16") != bf16Linears {
+	if rows[4].Kernel != geluKern.name {
+		t.Errorf("GELU row %q, active kernel %s", rows[4].Kernel, geluKern.name)
+	}
+	if got := rows[5].Kernel; strings.HasPrefix(got, "avx512bf16") != bf16Linears {
 		t.Errorf("bf16 dot row %q with the family %s", got, Family())
 	}
-	if r := rows[5]; r.Kernel != "absent" {
+	if r := rows[6]; r.Kernel != "absent" {
 		t.Errorf("%s: %q: this build has no such kernel", r.Op, r.Kernel)
 	}
 	restore := usePortable()

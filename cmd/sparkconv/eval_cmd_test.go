@@ -88,7 +88,7 @@ func TestPlanCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, "--json", "plan")), &here); err != nil {
 		t.Fatal(err)
 	}
-	if len(here.Kernels) != 6 || !strings.HasPrefix(here.Kernels[0].Kernel, kernels.Active()) || here.Kernels[5].Kernel != "absent" {
+	if len(here.Kernels) != 7 || !strings.HasPrefix(here.Kernels[0].Kernel, kernels.Active()) || here.Kernels[6].Kernel != "absent" {
 		t.Errorf("plan on this machine: %+v", here)
 	}
 	if out := mustRun(t, "plan", "--target", "arm64"); !strings.Contains(out, "UNVERIFIED") || !strings.Contains(out, "sparkconv w4a16") {

@@ -1,0 +1,37 @@
+package kernels
+
+import "math"
+
+// GELUErf replaces x by the exact GELU 0.5*x*(1+erf(x/sqrt(2))) in place,
+// evaluated in float64 with math.Erf. On AVX-512 the finite values go 8 at
+// a time through an assembly replay of math.Erf and math.Exp (gen_asm.go's
+// geluErf), whose results are the Go expression's bit for bit.
+func GELUErf(x []float32) {
+	for i := 0; i < len(x); {
+		i += geluKern.blocks(x[i:])
+		// The tail, or 8 values holding a NaN or an infinity.
+		for end := min(len(x), i+8); i < end; i++ {
+			x[i] = geluGo(x[i])
+		}
+	}
+}
+
+// geluKernel is GELUErf's vector kernel: blocks runs it over whole blocks
+// of 8 values from the start of x, stopping before a block holding a NaN
+// or an infinity, and returns how many values it wrote (none without a
+// kernel).
+type geluKernel struct {
+	name   string
+	blocks func(x []float32) int
+}
+
+// geluKern is the active one (amd64's init installs the assembly).
+var geluKern = geluKernel{"go math.Erf", geluBlocksGo}
+
+func geluBlocksGo([]float32) int { return 0 }
+
+// geluGo is GELUErf of one value.
+func geluGo(v float32) float32 {
+	f := float64(v)
+	return float32(0.5 * f * (1 + math.Erf(f/math.Sqrt2)))
+}
