@@ -54,6 +54,7 @@ func init() {
 		matVecRows = matVecRowsAVX2
 		matVecRowsBF16 = matVecRowsBF16AVX2
 		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX2)
+		geluKern = geluKernel{"avx2 replay of math.Erf and math.Exp, 4 lanes", geluBlocksAsm(4, geluErfAVX2)}
 	}
 	// KMOVB in the float64 transpose needs AVX512DQ (every AVX-512 CPU
 	// since Skylake-SP has it).
@@ -61,7 +62,7 @@ func init() {
 		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX512)
 		transposeAdd = transposeAddAVX512
 		mirror8 = mirror8AVX512
-		geluKern = geluKernel{"avx512 replay of math.Erf and math.Exp, 8 lanes", geluBlocksAVX512}
+		geluKern = geluKernel{"avx512 replay of math.Erf and math.Exp, 8 lanes", geluBlocksAsm(8, geluErfAVX512)}
 		matVecRows = matVecRowsAVX512
 		matVecRowsBF16 = matVecRowsBF16AVX512
 		dot = dotAVX512
@@ -247,14 +248,19 @@ func dotAVX512(a, b []float32) float32 {
 func transpose8x8F64AVX512(src *float64, lds int, dst *float64, ldd int, mask uint8, alpha float64)
 
 //go:noescape
-func geluErfAVX512(x *float32, n8 int) (done int)
+func geluErfAVX512(x *float32, n int) (done int)
 
-// geluBlocksAVX512 is geluBlocks in assembly.
-func geluBlocksAVX512(x []float32) int {
-	if len(x) < 8 {
-		return 0
+//go:noescape
+func geluErfAVX2(x *float32, n int) (done int)
+
+// geluBlocksAsm wraps a GELU kernel that takes blocks of lanes values.
+func geluBlocksAsm(lanes int, f func(x *float32, n int) int) func([]float32) int {
+	return func(x []float32) int {
+		if len(x) < lanes {
+			return 0
+		}
+		return f(&x[0], len(x)/lanes)
 	}
-	return geluErfAVX512(&x[0], len(x)/8)
 }
 
 // mirror8AVX512 is mirror8 as one 8x8 assembly transpose (times 1,

@@ -7,8 +7,8 @@
 // GPTQ needs (Cholesky, TriInverseLower, CholeskyInverse and
 // CholeskyUpperInverse, the upper factor of the inverse), plus a few
 // element-wise helpers (RMSNorm, Softmax, GELUErf, Sigmoid, Dot, Axpy, Mul)
-// and Parallel. On AVX-512, GELUErf replays math.Erf and math.Exp in 8
-// float64 lanes, bit for bit the Go expression.
+// and Parallel. On AVX-512 and AVX2, GELUErf replays math.Erf and math.Exp
+// in 8 or 4 float64 lanes, bit for bit the Go expression.
 //
 // All matrices are dense row-major slices. GEMMs use a packed, cache-blocked
 // driver (operands copied into micro-panels, work split into tasks that idle

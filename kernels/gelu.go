@@ -3,9 +3,10 @@ package kernels
 import "math"
 
 // GELUErf replaces x by the exact GELU 0.5*x*(1+erf(x/sqrt(2))) in place,
-// evaluated in float64 with math.Erf. On AVX-512 the finite values go 8 at
-// a time through an assembly replay of math.Erf and math.Exp (gen_asm.go's
-// geluErf), whose results are the Go expression's bit for bit.
+// evaluated in float64 with math.Erf. On AVX-512 (AVX2) the finite values
+// go 8 (4) at a time through an assembly replay of math.Erf and math.Exp
+// (gen_asm.go's geluErf), whose results are the Go expression's bit for
+// bit.
 func GELUErf(x []float32) {
 	for i := 0; i < len(x); {
 		i += geluKern.blocks(x[i:])

@@ -721,16 +721,9 @@ var geluConsts = []geluConst{
 	{name: "himask", bits: 0xFFFFFFFF00000000}, {name: "bias", bits: 0x3FF},
 }
 
-// geluErf writes geluErfAVX512, GELUErf's float64 formula on 8 values a
-// step: float32(0.5*f*(1+math.Erf(f/math.Sqrt2))) with math.Erf's and
-// math.Exp's (its FMA path, which every AVX-512 CPU takes) operations
-// replayed one for one in each lane, so every result is the Go code's bit
-// for bit. math.Erf's branches become masks: each of its ranges is
-// computed for the whole vector (skipped when no lane is in it) and
-// merged into the lanes that are. It stops before the first 8 values
-// holding a NaN or an infinity (the Go code does those) and returns how
-// many values it wrote.
-func (a *asm) geluErf() {
+// geluTable writes geluConsts as the read-only table geluc<> and returns
+// each constant's operand, relative to CX (which holds the table's address).
+func (a *asm) geluTable() func(name string) string {
 	off := map[string]int{}
 	for i, c := range geluConsts {
 		b := c.bits
@@ -741,143 +734,258 @@ func (a *asm) geluErf() {
 		off[c.name] = 8 * i
 	}
 	a.L("GLOBL geluc<>(SB), RODATA|NOPTR, $%d\n", 8*len(geluConsts))
-	c := func(name string) string {
+	return func(name string) string {
 		o, ok := off[name]
 		if !ok {
 			panic("geluErf: no constant " + name)
 		}
 		return fmt.Sprintf("%d(CX)", o)
 	}
+}
+
+// geluErf writes geluErfAVX512 (8 values a step) or geluErfAVX2 (4),
+// GELUErf's float64 formula float32(0.5*f*(1+math.Erf(f/math.Sqrt2))) with
+// math.Erf's and math.Exp's operations (Exp's FMA path, which every
+// AVX2+FMA CPU takes) replayed one for one in each lane, so every result
+// is the Go code's bit for bit. math.Erf's branches become masks (K
+// registers on AVX-512, vector masks on AVX2): each of its ranges is
+// computed for the whole vector (skipped when no lane is in it) and
+// merged into the lanes that are. It stops before the first block holding
+// a NaN or an infinity (the Go code does those) and returns how many
+// values it wrote. Register 15 holds broadcast constants on AVX2.
+func (a *asm) geluErf(c func(string) string, avx512 bool) {
+	name, lanes, r := "geluErfAVX2", 4, "Y"
+	if avx512 {
+		name, lanes, r = "geluErfAVX512", 8, "Z"
+	}
+	R := func(n int) string { return fmt.Sprintf("%s%d", r, n) }
+	// Masks: on AVX-512 the K register k, on AVX2 the vector register y.
+	type mask struct{ k, y int }
+	M := func(m mask) string {
+		if avx512 {
+			return fmt.Sprintf("K%d", m.k)
+		}
+		return fmt.Sprintf("Y%d", m.y)
+	}
+	bcast := func(cn string, dst int) { a.I("VBROADCASTSD %s, %s", c(cn), R(dst)) }
+	// op: dst = src OP constant (integer ops take their AVX2 names).
+	op := func(ins, cn string, src, dst int) {
+		if avx512 {
+			a.I("%s.BCST %s, %s, %s", ins, c(cn), R(src), R(dst))
+			return
+		}
+		switch ins {
+		case "VPANDQ":
+			ins = "VANDPD"
+		case "VPXORQ":
+			ins = "VXORPD"
+		}
+		if ins == "VPADDQ" {
+			a.I("VPBROADCASTQ %s, Y15", c(cn))
+		} else {
+			bcast(cn, 15)
+		}
+		a.I("%s Y15, %s, %s", ins, R(src), R(dst))
+	}
+	rr := func(ins string, src2, src1, dst int) { a.I("%s %s, %s, %s", ins, R(src2), R(src1), R(dst)) }
+	cmp := func(pred int, src int, cn string, m mask) {
+		if avx512 {
+			a.I("VCMPPD.BCST $%d, %s, %s, %s", pred, c(cn), R(src), M(m))
+			return
+		}
+		bcast(cn, 15)
+		a.I("VCMPPD $%d, Y15, %s, %s", pred, R(src), M(m))
+	}
+	lt := func(src int, cn string, m mask) { cmp(1, src, cn, m) }
+	andn := func(x, y, m mask) { // m = ~x & y
+		if avx512 {
+			a.I("KANDNW %s, %s, %s", M(y), M(x), M(m))
+			return
+		}
+		a.I("VANDNPD %s, %s, %s", M(y), M(x), M(m))
+	}
+	jump := func(m mask, jcc, label string) {
+		if avx512 {
+			a.I("KORTESTW %s, %s", M(m), M(m))
+		} else {
+			a.I("VMOVMSKPD %s, R11", M(m))
+			a.I("TESTQ R11, R11")
+		}
+		a.I("%s %s", jcc, label)
+	}
+	merge := func(src int, m mask, dst int) { // dst = m ? src : dst
+		if avx512 {
+			a.I("VMOVAPD %s, %s, %s", R(src), M(m), R(dst))
+			return
+		}
+		a.I("VBLENDVPD %s, %s, %s, %s", M(m), R(src), R(dst), R(dst))
+	}
 	// horner: dst = cs[0] + s*(cs[1] + s*(... + s*cs[n-1])), in the Go
 	// expression's order (innermost product first).
 	horner := func(dst, s int, cs ...string) {
 		n := len(cs) - 1
-		a.I("VMULPD.BCST %s, Z%d, Z%d", c(cs[n]), s, dst)
+		op("VMULPD", cs[n], s, dst)
 		for i := n - 1; i >= 1; i-- {
-			a.I("VADDPD.BCST %s, Z%d, Z%d", c(cs[i]), dst, dst)
-			a.I("VMULPD Z%d, Z%d, Z%d", s, dst, dst)
+			op("VADDPD", cs[i], dst, dst)
+			rr("VMULPD", s, dst, dst)
 		}
-		a.I("VADDPD.BCST %s, Z%d, Z%d", c(cs[0]), dst, dst)
+		op("VADDPD", cs[0], dst, dst)
 	}
-	// exp: Zv = math.Exp(Zv) for arguments in [-708, 709] (no overflow,
-	// underflow or denormal result: GELU's are in [-37, 1]); Z16-Z18 are
-	// scratch.
+	// exp: v = math.Exp(v) for arguments in [-708, 709] (no overflow,
+	// underflow or denormal result: GELU's are in [-37, 1]); registers
+	// 11-13 are scratch.
 	exp := func(v int) {
-		t, p, b := 16, 17, 18
-		a.I("VMULPD.BCST %s, Z%d, Z%d", c("log2e"), v, t)
-		a.I("VCVTPD2DQ Z%d, Y%d", t, b)
-		a.I("VCVTDQ2PD Y%d, Z%d", b, t)
-		a.I("VFNMADD231PD.BCST %s, Z%d, Z%d", c("ln2u"), t, v)
-		a.I("VFNMADD231PD.BCST %s, Z%d, Z%d", c("ln2l"), t, v)
-		a.I("VMULPD.BCST %s, Z%d, Z%d", c("c0625"), v, v)
-		a.I("VBROADCASTSD %s, Z%d", c("e64"), p)
+		t, p, b := 11, 12, 13
+		half := "X"
+		if avx512 {
+			half = "Y"
+		}
+		op("VMULPD", "log2e", v, t)
+		if avx512 {
+			a.I("VCVTPD2DQ %s, Y%d", R(t), b)
+		} else {
+			a.I("VCVTPD2DQY %s, X%d", R(t), b)
+		}
+		a.I("VCVTDQ2PD %s%d, %s", half, b, R(t))
+		fma := func(ins, cn string, x, dst int) {
+			if avx512 {
+				a.I("%s.BCST %s, %s, %s", ins, c(cn), R(x), R(dst))
+				return
+			}
+			bcast(cn, 15)
+			a.I("%s Y15, %s, %s", ins, R(x), R(dst))
+		}
+		fma("VFNMADD231PD", "ln2u", t, v) // v = -(t*ln2u) + v
+		fma("VFNMADD231PD", "ln2l", t, v)
+		op("VMULPD", "c0625", v, v)
+		bcast("e64", p)
 		for _, e := range []string{"e56", "e48", "e40", "e32", "e24", "half", "one"} {
-			a.I("VFMADD213PD.BCST %s, Z%d, Z%d", c(e), v, p)
+			fma("VFMADD213PD", e, v, p) // p = v*p + e
 		}
-		a.I("VMULPD Z%d, Z%d, Z%d", p, v, v)
+		rr("VMULPD", p, v, v)
 		for range 3 {
-			a.I("VADDPD.BCST %s, Z%d, Z%d", c("two"), v, p)
-			a.I("VMULPD Z%d, Z%d, Z%d", p, v, v)
+			op("VADDPD", "two", v, p)
+			rr("VMULPD", p, v, v)
 		}
-		a.I("VADDPD.BCST %s, Z%d, Z%d", c("two"), v, p)
-		a.I("VFMADD213PD.BCST %s, Z%d, Z%d", c("one"), p, v)
-		a.I("VPMOVSXDQ Y%d, Z%d", b, b)
-		a.I("VPADDQ.BCST %s, Z%d, Z%d", c("bias"), b, b)
-		a.I("VPSLLQ $52, Z%d, Z%d", b, b)
-		a.I("VMULPD Z%d, Z%d, Z%d", b, v, v)
+		op("VADDPD", "two", v, p)
+		fma("VFMADD213PD", "one", p, v) // v = p*v + 1
+		a.I("VPMOVSXDQ %s%d, %s", half, b, R(b))
+		op("VPADDQ", "bias", b, b)
+		a.I("VPSLLQ $52, %s, %s", R(b), R(b))
+		rr("VMULPD", b, v, v)
 	}
-	skip := func(k int, label string) {
-		a.I("KORTESTW K%d, K%d", k, k)
-		a.I("JZ %s", label)
-	}
-	a.L("// func geluErfAVX512(x *float32, n8 int) (done int)")
-	a.L("TEXT ·geluErfAVX512(SB), NOSPLIT, $0-24")
+	var (
+		sign  = mask{1, 1}
+		inA   = mask{2, 4}
+		tiny  = mask{5, 8}
+		below = mask{3, 5} // a range's upper bound, consumed by andn
+		inBC  = mask{6, 4}
+		c1    = mask{7, 10}
+		bad   = mask{5, 14}
+	)
+	lbl := func(s string) string { return name + "_" + s }
+	a.L("// func %s(x *float32, n int) (done int)", name)
+	a.L("// n counts blocks of %d values.", lanes)
+	a.L("TEXT ·%s(SB), NOSPLIT, $0-24", name)
 	a.I("MOVQ x+0(FP), SI")
-	a.I("MOVQ n8+8(FP), DX")
+	a.I("MOVQ n+8(FP), DX")
 	a.I("LEAQ geluc<>(SB), CX")
 	a.I("XORQ AX, AX")
-	a.L("gelu_loop:")
+	a.L("%s:", lbl("loop"))
 	a.I("CMPQ AX, DX")
-	a.I("JGE gelu_done")
-	a.I("VCVTPS2PD (SI), Z0") // f
-	a.I("VPANDQ.BCST %s, Z0, Z15", c("absmask"))
-	a.I("VCMPPD.BCST $6, %s, Z15, K5", c("maxf32")) // !(|f| <= MaxFloat32): NaN or Inf
-	a.I("KORTESTW K5, K5")
-	a.I("JNZ gelu_done")
-	a.I("VDIVPD.BCST %s, Z0, Z1", c("sqrt2"))    // x = f/Sqrt2
-	a.I("VPANDQ.BCST %s, Z1, Z2", c("absmask"))  // ax
-	a.I("VCMPPD.BCST $1, %s, Z1, K1", c("zero")) // sign: x < 0
-	a.I("VBROADCASTSD %s, Z3", c("one"))         // erf(ax) for ax >= 6
-	a.I("VBROADCASTSD %s, Z8", c("one"))
-	a.I("VCMPPD.BCST $1, %s, Z2, K2", c("b1"))
-	a.I("VCMPPD.BCST $1, %s, Z2, K3", c("b2"))
-	a.I("VCMPPD.BCST $1, %s, Z2, K4", c("b4"))
+	a.I("JGE %s", lbl("done"))
+	a.I("VCVTPS2PD (SI), %s", R(0)) // f
+	op("VPANDQ", "absmask", 0, 14)
+	cmp(6, 14, "maxf32", bad) // !(|f| <= MaxFloat32): NaN or Inf
+	jump(bad, "JNZ", lbl("done"))
+	op("VDIVPD", "sqrt2", 0, 1) // x = f/Sqrt2
+	op("VPANDQ", "absmask", 1, 2)
+	lt(1, "zero", sign) // x < 0 (-0 is not)
+	bcast("one", 3)     // erf(ax) for ax >= 6
 	// ax < 0.84375: ax + ax*(r/s), or ax + efx*ax below 2**-28.
-	skip(2, "gelu_b")
-	a.I("VMULPD Z2, Z2, Z4")
-	horner(5, 4, "pp0", "pp1", "pp2", "pp3", "pp4")
-	horner(6, 4, "one", "qq1", "qq2", "qq3", "qq4", "qq5")
-	a.I("VDIVPD Z6, Z5, Z5")
-	a.I("VMULPD Z2, Z5, Z5")
-	a.I("VADDPD Z2, Z5, Z5")
-	a.I("VCMPPD.BCST $1, %s, Z2, K5", c("small"))
-	a.I("VMULPD.BCST %s, Z2, Z7", c("efx"))
-	a.I("VADDPD Z2, Z7, Z7")
-	a.I("VMOVAPD Z7, K5, Z5")
-	a.I("VMOVAPD Z5, K2, Z3")
+	lt(2, "b1", inA)
+	jump(inA, "JZ", lbl("b"))
+	rr("VMULPD", 2, 2, 5)
+	horner(6, 5, "pp0", "pp1", "pp2", "pp3", "pp4")
+	horner(7, 5, "one", "qq1", "qq2", "qq3", "qq4", "qq5")
+	rr("VDIVPD", 7, 6, 6)
+	rr("VMULPD", 2, 6, 6)
+	rr("VADDPD", 2, 6, 6)
+	lt(2, "small", tiny)
+	op("VMULPD", "efx", 2, 9)
+	rr("VADDPD", 2, 9, 9)
+	merge(9, tiny, 6)
+	merge(6, inA, 3)
 	// 0.84375 <= ax < 1.25: erx + P/Q over s = ax - 1.
-	a.L("gelu_b:")
-	a.I("KANDNW K3, K2, K6")
-	skip(6, "gelu_c")
-	a.I("VSUBPD.BCST %s, Z2, Z4", c("one"))
-	horner(5, 4, "pa0", "pa1", "pa2", "pa3", "pa4", "pa5", "pa6")
-	horner(6, 4, "one", "qa1", "qa2", "qa3", "qa4", "qa5", "qa6")
-	a.I("VDIVPD Z6, Z5, Z5")
-	a.I("VADDPD.BCST %s, Z5, Z5", c("erx"))
-	a.I("VMOVAPD Z5, K6, Z3")
+	a.L("%s:", lbl("b"))
+	lt(2, "b1", inA)
+	lt(2, "b2", below)
+	andn(inA, below, inBC)
+	jump(inBC, "JZ", lbl("c"))
+	op("VSUBPD", "one", 2, 5)
+	horner(6, 5, "pa0", "pa1", "pa2", "pa3", "pa4", "pa5", "pa6")
+	horner(7, 5, "one", "qa1", "qa2", "qa3", "qa4", "qa5", "qa6")
+	rr("VDIVPD", 7, 6, 6)
+	op("VADDPD", "erx", 6, 6)
+	merge(6, inBC, 3)
 	// 1.25 <= ax < 6: 1 - exp(-z*z-0.5625)*exp((z-ax)*(z+ax)+R/S)/ax over
 	// s = 1/(ax*ax), R/S from ra/sa below 1/0.35 and rb/sb above, z = ax
 	// with its low 32 bits cleared.
-	a.L("gelu_c:")
-	a.I("KANDNW K4, K3, K6")
-	skip(6, "gelu_sign")
-	a.I("VMULPD Z2, Z2, Z4")
-	a.I("VDIVPD Z4, Z8, Z4")
-	horner(5, 4, "ra0", "ra1", "ra2", "ra3", "ra4", "ra5", "ra6", "ra7")
-	horner(6, 4, "one", "sa1", "sa2", "sa3", "sa4", "sa5", "sa6", "sa7", "sa8")
-	horner(9, 4, "rb0", "rb1", "rb2", "rb3", "rb4", "rb5", "rb6")
-	horner(10, 4, "one", "sb1", "sb2", "sb3", "sb4", "sb5", "sb6", "sb7")
-	a.I("VCMPPD.BCST $1, %s, Z2, K7", c("b3"))
-	a.I("VMOVAPD Z5, K7, Z9")
-	a.I("VMOVAPD Z6, K7, Z10")
-	a.I("VDIVPD Z10, Z9, Z9")                     // R/S
-	a.I("VPANDQ.BCST %s, Z2, Z11", c("himask"))   // z
-	a.I("VMULPD Z11, Z11, Z12")                   // z*z
-	a.I("VADDPD.BCST %s, Z12, Z12", c("c5625"))   // z*z + 0.5625
-	a.I("VPXORQ.BCST %s, Z12, Z12", c("signbit")) // -z*z - 0.5625
-	a.I("VSUBPD Z2, Z11, Z13")                    // z - ax
-	a.I("VADDPD Z2, Z11, Z14")                    // z + ax
-	a.I("VMULPD Z14, Z13, Z13")
-	a.I("VADDPD Z9, Z13, Z13")
-	exp(12)
-	exp(13)
-	a.I("VMULPD Z13, Z12, Z12")
-	a.I("VDIVPD Z2, Z12, Z12")
-	a.I("VSUBPD Z12, Z8, Z12")
-	a.I("VMOVAPD Z12, K6, Z3")
+	a.L("%s:", lbl("c"))
+	lt(2, "b2", inA)
+	lt(2, "b4", below)
+	andn(inA, below, inBC)
+	jump(inBC, "JZ", lbl("sign"))
+	rr("VMULPD", 2, 2, 5)
+	bcast("one", 15)
+	rr("VDIVPD", 5, 15, 5)
+	horner(6, 5, "ra0", "ra1", "ra2", "ra3", "ra4", "ra5", "ra6", "ra7")
+	horner(7, 5, "one", "sa1", "sa2", "sa3", "sa4", "sa5", "sa6", "sa7", "sa8")
+	horner(8, 5, "rb0", "rb1", "rb2", "rb3", "rb4", "rb5", "rb6")
+	horner(9, 5, "one", "sb1", "sb2", "sb3", "sb4", "sb5", "sb6", "sb7")
+	lt(2, "b3", c1)
+	merge(6, c1, 8)
+	merge(7, c1, 9)
+	rr("VDIVPD", 9, 8, 8)        // R/S
+	op("VPANDQ", "himask", 2, 6) // z
+	rr("VMULPD", 6, 6, 7)
+	op("VADDPD", "c5625", 7, 7)
+	op("VPXORQ", "signbit", 7, 7) // -z*z - 0.5625
+	rr("VSUBPD", 2, 6, 9)         // z - ax
+	rr("VADDPD", 2, 6, 10)        // z + ax
+	rr("VMULPD", 10, 9, 9)
+	rr("VADDPD", 8, 9, 9)
+	exp(7)
+	exp(9)
+	rr("VMULPD", 9, 7, 7)
+	rr("VDIVPD", 2, 7, 7)
+	bcast("one", 15)
+	rr("VSUBPD", 7, 15, 7)
+	merge(7, inBC, 3)
 	// erf(x) = -erf(ax) for x < 0; GELU = (0.5*f) * (1 + erf(x)).
-	a.L("gelu_sign:")
-	a.I("VXORPD.BCST %s, Z3, K1, Z3", c("signbit"))
-	a.I("VADDPD.BCST %s, Z3, Z3", c("one"))
-	a.I("VMULPD.BCST %s, Z0, Z0", c("half"))
-	a.I("VMULPD Z3, Z0, Z0")
-	a.I("VCVTPD2PS Z0, Y0")
-	a.I("VMOVUPS Y0, (SI)")
-	a.I("ADDQ $32, SI")
+	a.L("%s:", lbl("sign"))
+	if avx512 {
+		a.I("VXORPD.BCST %s, Z3, K1, Z3", c("signbit"))
+	} else {
+		bcast("signbit", 15)
+		a.I("VANDPD Y15, Y1, Y15")
+		a.I("VXORPD Y15, Y3, Y3")
+	}
+	op("VADDPD", "one", 3, 3)
+	op("VMULPD", "half", 0, 0)
+	rr("VMULPD", 3, 0, 0)
+	if avx512 {
+		a.I("VCVTPD2PS Z0, Y0")
+		a.I("VMOVUPS Y0, (SI)")
+	} else {
+		a.I("VCVTPD2PSY Y0, X0")
+		a.I("VMOVUPS X0, (SI)")
+	}
+	a.I("ADDQ $%d, SI", 4*lanes)
 	a.I("INCQ AX")
-	a.I("JMP gelu_loop")
-	a.L("gelu_done:")
-	a.I("SHLQ $3, AX")
+	a.I("JMP %s", lbl("loop"))
+	a.L("%s:", lbl("done"))
+	a.I("SHLQ $%d, AX", map[int]int{4: 2, 8: 3}[lanes])
 	a.I("MOVQ AX, done+16(FP)")
 	a.I("VZEROUPPER")
 	a.I("RET")
@@ -937,7 +1045,10 @@ func main() {
 
 	var e asm
 	e.L("// Code generated by gen_asm.go; DO NOT EDIT.\n\n//go:build amd64\n\n#include \"textflag.h\"\n")
-	e.L("// AVX-512: GELU's float64 erf, math.Erf and math.Exp replayed lane by lane.\n")
-	e.geluErf()
+	e.L("// GELU's float64 erf on AVX-512 and AVX2+FMA, math.Erf and math.Exp")
+	e.L("// replayed lane by lane.\n")
+	c := e.geluTable()
+	e.geluErf(c, true)
+	e.geluErf(c, false)
 	writeFile("gelu_amd64.s", e.Bytes())
 }
