@@ -884,6 +884,13 @@ func (a *asm) geluErf(c func(string) string, avx512 bool) {
 		bad   = mask{5, 14}
 	)
 	lbl := func(s string) string { return name + "_" + s }
+	// between sets inBC to lo <= ax < hi and jumps to skip when no lane is.
+	between := func(lo, hi, skip string) {
+		lt(2, lo, inA)
+		lt(2, hi, below)
+		andn(inA, below, inBC)
+		jump(inBC, "JZ", skip)
+	}
 	a.L("// func %s(x *float32, n int) (done int)", name)
 	a.L("// n counts blocks of %d values.", lanes)
 	a.L("TEXT ·%s(SB), NOSPLIT, $0-24", name)
@@ -918,10 +925,7 @@ func (a *asm) geluErf(c func(string) string, avx512 bool) {
 	merge(6, inA, 3)
 	// 0.84375 <= ax < 1.25: erx + P/Q over s = ax - 1.
 	a.L("%s:", lbl("b"))
-	lt(2, "b1", inA)
-	lt(2, "b2", below)
-	andn(inA, below, inBC)
-	jump(inBC, "JZ", lbl("c"))
+	between("b1", "b2", lbl("c"))
 	op("VSUBPD", "one", 2, 5)
 	horner(6, 5, "pa0", "pa1", "pa2", "pa3", "pa4", "pa5", "pa6")
 	horner(7, 5, "one", "qa1", "qa2", "qa3", "qa4", "qa5", "qa6")
@@ -932,10 +936,7 @@ func (a *asm) geluErf(c func(string) string, avx512 bool) {
 	// s = 1/(ax*ax), R/S from ra/sa below 1/0.35 and rb/sb above, z = ax
 	// with its low 32 bits cleared.
 	a.L("%s:", lbl("c"))
-	lt(2, "b2", inA)
-	lt(2, "b4", below)
-	andn(inA, below, inBC)
-	jump(inBC, "JZ", lbl("sign"))
+	between("b2", "b4", lbl("sign"))
 	rr("VMULPD", 2, 2, 5)
 	bcast("one", 15)
 	rr("VDIVPD", 5, 15, 5)
