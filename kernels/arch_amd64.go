@@ -54,7 +54,9 @@ func init() {
 		matVecRows = matVecRowsAVX2
 		matVecRowsBF16 = matVecRowsBF16AVX2
 		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX2)
-		geluKern = geluKernel{"avx2 replay of math.Erf and math.Exp, 4 lanes", geluBlocksAsm(4, geluErfAVX2)}
+		if !goFusesMulAdd {
+			geluKern = geluKernel{"avx2 replay of math.Erf and math.Exp, 4 lanes", geluBlocksAsm(4, geluErfAVX2)}
+		}
 	}
 	// KMOVB in the float64 transpose needs AVX512DQ (every AVX-512 CPU
 	// since Skylake-SP has it).
@@ -62,7 +64,9 @@ func init() {
 		addF32ToF64 = addF32ToF64Asm(addF32ToF64AVX512)
 		transposeAdd = transposeAddAVX512
 		mirror8 = mirror8AVX512
-		geluKern = geluKernel{"avx512 replay of math.Erf and math.Exp, 8 lanes", geluBlocksAsm(8, geluErfAVX512)}
+		if !goFusesMulAdd {
+			geluKern = geluKernel{"avx512 replay of math.Erf and math.Exp, 8 lanes", geluBlocksAsm(8, geluErfAVX512)}
+		}
 		matVecRows = matVecRowsAVX512
 		matVecRowsBF16 = matVecRowsBF16AVX512
 		dot = dotAVX512

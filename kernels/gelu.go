@@ -6,7 +6,8 @@ import "math"
 // evaluated in float64 with math.Erf. On AVX-512 (AVX2) the finite values
 // go 8 (4) at a time through an assembly replay of math.Erf and math.Exp
 // (gen_asm.go's geluErf), whose results are the Go expression's bit for
-// bit.
+// bit. A GOAMD64=v3 build fuses the Go code's multiply-adds into FMAs, so
+// there GELUErf stays in Go (goFusesMulAdd).
 func GELUErf(x []float32) {
 	for i := 0; i < len(x); {
 		i += geluKern.blocks(x[i:])
