@@ -423,9 +423,11 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 		if err != nil {
 			return err
 		}
-		for n := range t.N {
-			res.Dequantize(r.grid, n, (*w)[n*t.K:(n+1)*t.K])
-		}
+		kernels.Parallel(t.N, func(lo, hi int) {
+			for n := lo; n < hi; n++ {
+				res.Dequantize(r.grid, n, (*w)[n*t.K:(n+1)*t.K])
+			}
+		})
 	}
 	return nil
 }
