@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"slices"
 )
 
 // cholBlock is the panel width of the blocked factorizations.
@@ -291,15 +290,25 @@ func CholeskyInverse(l []float64, n int) error {
 func CholeskyUpperInverse(h []float64, n int) error {
 	checkLen("CholeskyUpperInverse", "h", h, n*n)
 	hs := h[:n*n]
-	slices.Reverse(hs) // P h P: element (i,j) moves to (n-1-i, n-1-j)
+	reverse(hs) // P h P: element (i,j) moves to (n-1-i, n-1-j)
 	if err := Cholesky(hs, n); err != nil {
 		return fmt.Errorf("kernels: upper Cholesky of the inverse (on the reversed matrix): %w", err)
 	}
 	if err := TriInverseLower(hs, n); err != nil {
 		return fmt.Errorf("kernels: upper Cholesky of the inverse: %w", err)
 	}
-	slices.Reverse(hs)
+	reverse(hs)
 	return nil
+}
+
+// reverse reverses a in place across the workers.
+func reverse(a []float64) {
+	n := len(a)
+	parallelGrain(n/2, 1<<16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			a[i], a[n-1-i] = a[n-1-i], a[i]
+		}
+	})
 }
 
 func zeroUpper(a []float64, n int) {
