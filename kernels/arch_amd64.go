@@ -193,39 +193,29 @@ func sdot4BF16AVX512(b *uint16, ldb int, x *float32, k int, y *float32)
 
 // matVecRowsAVX512 is matVecRows with four rows per assembly call; the
 // k%16 tail is summed in Go.
-func matVecRowsAVX512(y, b, x []float32, k int) {
-	matVecRows16(y, b, x, k, sdot4AVX512, func(_ []float32, s []float32) []float32 { return s })
-}
+func matVecRowsAVX512(y, b, x []float32, k int) { matVecRows16(y, b, x, k) }
 
 // matVecRowsBF16AVX512 is matVecRowsAVX512 on bf16 rows, widened exactly
 // as they are loaded: the same sums as the widened float32 rows, bit for
 // bit, from half the bytes.
-func matVecRowsBF16AVX512(y []float32, b []uint16, x []float32, k int) {
-	matVecRows16(y, b, x, k, sdot4BF16AVX512, func(buf []float32, s []uint16) []float32 {
-		WidenBF16(buf[:len(s)], s)
-		return buf[:len(s)]
-	})
-}
+func matVecRowsBF16AVX512(y []float32, b []uint16, x []float32, k int) { matVecRows16(y, b, x, k) }
 
-// matVecRows16 runs a 4-row AVX-512 dot kernel over the rows of y (its
-// sums over k &^ 15 values), adding each row's k%16 tail summed by dotGo
-// (tail widens it into a 16-value buffer when needed). The last len(y)%4
-// rows run alone through the same kernel (ldb = 0: all four "rows" are
-// the one row, only y[0] is kept), so a row's sum never depends on its
-// place in y.
-func matVecRows16[T float32 | uint16](y []float32, b []T, x []float32, k int,
-	sdot4 func(b *T, ldb int, x *float32, k int, y *float32), tail func(buf []float32, s []T) []float32) {
+// matVecRows16 runs the 4-row AVX-512 dot kernel for T over the rows of y
+// (its sums over k &^ 15 values), adding each row's k%16 tail summed by
+// dotGo. The last len(y)%4 rows run alone through the same kernel (ldb =
+// 0: all four "rows" are the one row, only y[0] is kept), so a row's sum
+// never depends on its place in y. The kernels are called directly (no
+// function values), so nothing here escapes to the heap.
+func matVecRows16[T float32 | uint16](y []float32, b []T, x []float32, k int) {
 	k16 := k &^ 15
-	var buf [16]float32
-	row := func(j int) float32 { return dotGo(tail(buf[:], b[j*k+k16:(j+1)*k]), x[k16:k]) }
 	j := 0
 	if k16 > 0 {
 		_ = x[k16-1]
 		for ; j+4 <= len(y); j += 4 {
 			_ = b[(j+3)*k+k16-1]
-			sdot4(&b[j*k], k, &x[0], k16, &y[j])
+			sdot4Of(&b[j*k], k, &x[0], k16, &y[j])
 			for r := range 4 {
-				y[j+r] += row(j + r)
+				y[j+r] += dotTail(b[(j+r)*k+k16:(j+r+1)*k], x[k16:k])
 			}
 		}
 	}
@@ -233,19 +223,50 @@ func matVecRows16[T float32 | uint16](y []float32, b []T, x []float32, k int,
 		var one [4]float32
 		if k16 > 0 {
 			_ = b[j*k+k16-1]
-			sdot4(&b[j*k], 0, &x[0], k16, &one[0])
+			sdot4Of(&b[j*k], 0, &x[0], k16, &one[0])
 		}
-		y[j] = one[0] + row(j)
+		y[j] = one[0] + dotTail(b[j*k+k16:(j+1)*k], x[k16:k])
 	}
 }
 
+// sdot4Of is sdot4AVX512 or sdot4BF16AVX512, by the rows' type.
+func sdot4Of[T float32 | uint16](b *T, ldb int, x *float32, k int, y *float32) {
+	switch p := any(b).(type) {
+	case *float32:
+		sdot4AVX512(p, ldb, x, k, y)
+	case *uint16:
+		sdot4BF16AVX512(p, ldb, x, k, y)
+	}
+}
+
+// dotTail is dotGo of a row's last k%16 values (bf16 widened exactly).
+func dotTail[T float32 | uint16](s []T, x []float32) float32 {
+	switch s := any(s).(type) {
+	case []float32:
+		return dotGo(s, x)
+	case []uint16:
+		var w [16]float32
+		for i, v := range s {
+			w[i] = math.Float32frombits(uint32(v) << 16)
+		}
+		return dotGo(w[:len(s)], x)
+	}
+	return 0
+}
+
 // dotAVX512 is Dot with the 16-aligned bulk in assembly, summed in the
-// order of one row of matVecRowsAVX512, so it equals every row of it bit
-// for bit.
+// order of one row of matVecRowsAVX512 (one row of the 4-row kernel would
+// waste three; it runs on a 1-row view instead), so it equals every row
+// of it bit for bit.
 func dotAVX512(a, b []float32) float32 {
-	var y [1]float32
-	matVecRowsAVX512(y[:], a, b[:len(a)], len(a))
-	return y[0]
+	n16 := len(a) &^ 15
+	if n16 == 0 {
+		return dotGo(a, b)
+	}
+	var y [4]float32
+	// ldb = 0: all four "rows" are a; only y[0] is used.
+	sdot4AVX512(&a[0], 0, &b[0], n16, &y[0])
+	return y[0] + dotGo(a[n16:], b[n16:len(a)])
 }
 
 //go:noescape
