@@ -387,23 +387,17 @@ func (r *run) logLayer(i int, names []string, mods []*convert.ModuleReport, fwd,
 // codes for the stages that follow.
 func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 	h := r.hess[p]
-	factored := false
-	var ferr error
-	left := 0 // targets still to solve on this factor
+	var mods []string // the modules reading p that have a target, in order
 	for _, lm := range layerModules {
 		if _, ok := r.targets[spark.LayerWeight(i, lm.name)]; ok && lm.input == p {
-			left++
+			mods = append(mods, lm.name)
 		}
 	}
-	for _, lm := range layerModules {
-		src := spark.LayerWeight(i, lm.name)
-		t, ok := r.targets[src]
-		if !ok || lm.input != p {
-			continue
-		}
-		left--
+	var ferr error
+	for k, name := range mods {
+		t := r.targets[spark.LayerWeight(i, name)]
 		t0 := time.Now()
-		if !factored {
+		if k == 0 { // one factor for all of them
 			h.Finish()
 			if r.c.Smooth > 0 {
 				if err := r.smoothInput(i, l, p, h); err != nil {
@@ -412,11 +406,10 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 			}
 			setPhase("factor")
 			ferr = Prepare(&r.f, h.H, h.K, r.c.Damp, r.c.ActOrder)
-			factored = true
 		}
-		w := l.Linear(lm.name)
+		w := l.Linear(name)
 		m := quant.F32Matrix(t.N, t.K, *w)
-		res, err := r.module(t, m, h, ferr, p.String(), t0, nil, left == 0)
+		res, err := r.module(t, m, h, ferr, p.String(), t0, nil, k == len(mods)-1)
 		if errors.Is(err, errOverflow) {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}

@@ -93,9 +93,10 @@ func solve(dst *Result, m quant.Matrix, f *Factor, g Grid, done func()) error {
 	s := &solver{m: m, f: f, g: g, dst: dst, gs: gs, ng: k / gs, group: make([]int, k), sub: subWidth(gs),
 		w: make([]float32, rows*k), e: make([]float32, rows*BlockSize), stats: make([]quant.ErrStats, rows)}
 	for i, c := range f.Perm {
-		s.group[i] = c / gs
-		if !f.Act {
-			s.group[i] = i / gs // in processing order, groups are runs
+		if f.Act { // static groups: a column keeps its original group
+			s.group[i] = c / gs
+		} else { // in processing order, groups are runs
+			s.group[i] = i / gs
 		}
 	}
 	for n0 := 0; n0 < n; n0 += rows {
