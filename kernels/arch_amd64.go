@@ -246,9 +246,7 @@ func dotTail[T float32 | uint16](s []T, x []float32) float32 {
 		return dotGo(s, x)
 	case []uint16:
 		var w [16]float32
-		for i, v := range s {
-			w[i] = math.Float32frombits(uint32(v) << 16)
-		}
+		WidenBF16(w[:len(s)], s)
 		return dotGo(w[:len(s)], x)
 	}
 	return 0

@@ -11,7 +11,8 @@ import "math"
 func GELUErf(x []float32) {
 	for i := 0; i < len(x); {
 		i += geluKern.blocks(x[i:])
-		// The tail, or 8 values holding a NaN or an infinity.
+		// The next 8 values: the tail, or a block holding a NaN or an
+		// infinity (and what follows it up to 8).
 		for end := min(len(x), i+8); i < end; i++ {
 			x[i] = geluGo(x[i])
 		}
@@ -19,18 +20,19 @@ func GELUErf(x []float32) {
 }
 
 // geluKernel is GELUErf's vector kernel: blocks runs it over whole blocks
-// of 8 values from the start of x, stopping before a block holding a NaN
-// or an infinity, and returns how many values it wrote (none without a
-// kernel).
+// of its lanes (8 on AVX-512, 4 on AVX2) from the start of x, stopping
+// before a block holding a NaN or an infinity, and returns how many values
+// it wrote.
 type geluKernel struct {
 	name   string
 	blocks func(x []float32) int
 }
 
-// geluKern is the active one (amd64's init installs the assembly).
-var geluKern = geluKernel{"go math.Erf", geluBlocksGo}
+// geluPortable writes no value: GELUErf's Go loop does them all.
+var geluPortable = geluKernel{"go math.Erf", func([]float32) int { return 0 }}
 
-func geluBlocksGo([]float32) int { return 0 }
+// geluKern is the active kernel (amd64's init installs the assembly).
+var geluKern = geluPortable
 
 // geluGo is GELUErf of one value.
 func geluGo(v float32) float32 {

@@ -836,9 +836,9 @@ func (a *asm) geluErf(c func(string) string, avx512 bool) {
 	// 11-13 are scratch.
 	exp := func(v int) {
 		t, p, b := 11, 12, 13
-		half := "X"
+		narrow := "X" // the int32 exponents fill half a vector
 		if avx512 {
-			half = "Y"
+			narrow = "Y"
 		}
 		op("VMULPD", "log2e", v, t)
 		if avx512 {
@@ -846,7 +846,7 @@ func (a *asm) geluErf(c func(string) string, avx512 bool) {
 		} else {
 			a.I("VCVTPD2DQY %s, X%d", R(t), b)
 		}
-		a.I("VCVTDQ2PD %s%d, %s", half, b, R(t))
+		a.I("VCVTDQ2PD %s%d, %s", narrow, b, R(t))
 		fma := func(ins, cn string, x, dst int) {
 			if avx512 {
 				a.I("%s.BCST %s, %s, %s", ins, c(cn), R(x), R(dst))
@@ -869,7 +869,7 @@ func (a *asm) geluErf(c func(string) string, avx512 bool) {
 		}
 		op("VADDPD", "two", v, p)
 		fma("VFMADD213PD", "one", p, v) // v = p*v + 1
-		a.I("VPMOVSXDQ %s%d, %s", half, b, R(b))
+		a.I("VPMOVSXDQ %s%d, %s", narrow, b, R(b))
 		op("VPADDQ", "bias", b, b)
 		a.I("VPSLLQ $52, %s, %s", R(b), R(b))
 		rr("VMULPD", b, v, v)

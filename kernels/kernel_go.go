@@ -45,8 +45,7 @@ func usePortable() (restore func()) {
 	s, d, mv, dt, af, ta := sgemmKern, dgemmKern, matVecRows, dot, addF32ToF64, transposeAdd
 	pb, mb, m8, gk := packBBF16, matVecRowsBF16, mirror8, geluKern
 	sgemmKern, dgemmKern, matVecRows, dot, addF32ToF64, transposeAdd = goSgemm, goDgemm, matVecRowsGo, dotGo, addF32ToF64Go, transposeAddGo
-	packBBF16, matVecRowsBF16, mirror8 = packBBF16Go, matVecRowsBF16Widen, mirror8Go
-	geluKern = geluKernel{"go math.Erf", geluBlocksGo}
+	packBBF16, matVecRowsBF16, mirror8, geluKern = packBBF16Go, matVecRowsBF16Widen, mirror8Go, geluPortable
 	return func() {
 		sgemmKern, dgemmKern, matVecRows, dot, addF32ToF64, transposeAdd = s, d, mv, dt, af, ta
 		packBBF16, matVecRowsBF16, mirror8, geluKern = pb, mb, m8, gk
