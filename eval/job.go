@@ -76,6 +76,7 @@ func Run(j Job, inputs ...string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.Attribute(text.Spans)
 	if j.Report != "" {
 		if err := WriteReport(j.Report, r, j.Build, j.Force, append(inputs, j.BaseLogits)...); err != nil {
 			return nil, fmt.Errorf("--report: %w", err)

@@ -59,10 +59,19 @@ type Result struct {
 	Model  string `json:"model"`
 	Text   string `json:"text"`
 	Ctx    int    `json:"ctx"`
-	Window int    `json:"windows"`
+	Window int    `json:"windows"` // how many
 	Stats
 	Greedy        Greedy    `json:"greedy"`
 	KLDByPosition []float64 `json:"kld_by_position"` // mean KLD at positions ctx/2 .. ctx-2
+	// ByWindow is each window's mean KLD and same top-1, WorstWindow the
+	// window with the highest mean KLD: the worst sequence.
+	ByWindow    []WindowStats `json:"by_window"`
+	WorstWindow WindowStats   `json:"worst_window"`
+	// BySample is each sample's figures (the text's samples, in file
+	// order), WorstSample the one with the highest mean KLD among those
+	// with at least MinSampleTokens scored tokens.
+	BySample    []SampleStats `json:"by_sample,omitempty"`
+	WorstSample *SampleStats  `json:"worst_sample,omitempty"`
 	// LayerRelErr is, per layer, the relative RMS error of the build's
 	// residual leaving it against the base's, sqrt(sum d^2 / sum ref^2),
 	// over window 0's scored positions (when both are reference forwards;
@@ -169,7 +178,9 @@ func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 		for i := range count {
 			top := LogSoftmax(lp, out.Logits[i*V:(i+1)*V])
 			row := base[i*V : (i+1)*V]
-			r.Tokens = append(r.Tokens, Score(row, lp, argmax(row), top, win[first+i+1], first+i))
+			t := Score(row, lp, argmax(row), top, win[first+i+1], first+i)
+			t.Window = w
+			r.Tokens = append(r.Tokens, t)
 		}
 		b.Release(w)
 		if opt.Progress != nil {
@@ -188,7 +199,15 @@ func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 	r.TokensPerS = float64(tokens) / r.Seconds
 	r.Stats = Summarize(r.Tokens)
 	r.KLDByPosition = ByPosition(r.Tokens, first, count)
+	r.Attribute(nil)
 	return r, nil
+}
+
+// Attribute sets the per-window figures and, given the text's sample
+// spans, the per-sample ones and the worst sample.
+func (r *Result) Attribute(sp []Span) {
+	r.ByWindow, r.WorstWindow = ByWindow(r.Tokens, r.Window, sp, r.Ctx)
+	r.BySample, r.WorstSample = BySample(r.Tokens, sp, r.Ctx)
 }
 
 // check adds one prompt: logits [len(cont)*V] are the build's after the

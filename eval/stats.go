@@ -16,6 +16,7 @@ type Token struct {
 	SameTop1     bool
 	DeltaP       float64 // p_build(true) - p_base(true)
 	Pos          int     // position in the window
+	Window       int     // the window's index
 }
 
 // Stats are llama.cpp's --kl-divergence figures over the scored tokens.

@@ -15,6 +15,7 @@ type Text struct {
 	Source  string  // file name, or corpus.HeldOutName
 	Stream  []int   // every token, windows are cut from it
 	Prompts [][]int // one per sample: its first tokens
+	Spans   []Span  // each sample's positions in Stream
 }
 
 // TextFromSamples tokenizes samples (a --samples file's contents; name
@@ -28,7 +29,12 @@ func TextFromSamples(data []byte, name string, jsonl bool, tok *tokenizer.Tokeni
 		return nil, err
 	}
 	parts := make([]string, len(samples))
+	counts, heads := make([]int, len(samples)), make([]string, len(samples))
 	t := &Text{Source: name}
+	special, err := tok.Encode("", true) // what Encode adds once per text (BOS)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	for i, s := range samples {
 		parts[i] = s.Text
 		ids, err := tok.Encode(s.Text, true)
@@ -38,10 +44,20 @@ func TextFromSamples(data []byte, name string, jsonl bool, tok *tokenizer.Tokeni
 		if len(ids) > promptLen {
 			t.Prompts = append(t.Prompts, ids[:promptLen])
 		}
+		counts[i], heads[i] = len(ids)-len(special), sampleHead(s.Text)
 	}
-	if t.Stream, err = tok.Encode(strings.Join(parts, "\n\n"), true); err != nil {
+	const sep = "\n\n"
+	if t.Stream, err = tok.Encode(strings.Join(parts, sep), true); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	sepIDs, err := tok.Encode(sep, false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(counts) > 0 {
+		counts[0] += len(special)
+	}
+	t.Spans = spans(counts, heads, len(sepIDs), len(t.Stream))
 	return t, nil
 }
 

@@ -174,6 +174,12 @@ func printEval(w io.Writer, r *eval.Result) {
 	fmt.Fprintf(w, "  KLD median / 90%% / 99%% / 99.9%% / max: %.6f / %.6f / %.6f / %.6f / %.6f\n", r.KLD.Median, r.KLD.P90, r.KLD.P99, r.KLD.P999, r.KLD.Max)
 	fmt.Fprintf(w, "  Same top-1                 : %9.3f %% ± %.3f %%\n", 100*r.SameTop1, 100*r.SameTop1Err)
 	fmt.Fprintf(w, "  Mean Δp / RMS Δp           : %9.3f %% / %.3f %%\n", 100*r.DeltaP.Mean, 100*r.DeltaP.RMS)
+	if ww := r.WorstWindow; r.Window > 1 {
+		fmt.Fprintf(w, "  Worst window (of %d)        : #%d, mean KLD %.6f, same top-1 %.1f %%\n", r.Window, ww.Window, ww.KLD, 100*ww.SameTop1)
+	}
+	if ws := r.WorstSample; ws != nil && len(r.BySample) > 1 {
+		fmt.Fprintf(w, "  Worst sample (of %d)        : #%d %q, mean KLD %.6f over %d tokens, same top-1 %.1f %%\n", len(r.BySample), ws.Sample, ws.Head, ws.KLD, ws.Tokens, 100*ws.SameTop1)
+	}
 	if g := r.Greedy; g.Prompts > 0 {
 		fmt.Fprintf(w, "  Greedy, %d tokens           : %d/%d reproduced exactly, %.1f %% of the prefix kept\n", g.Tokens, g.Exact, g.Prompts, 100*g.PrefixKept)
 	}
