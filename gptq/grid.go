@@ -33,7 +33,21 @@ func (g Grid) group(k int) int {
 
 // fit chooses a group's parameters from its weights, with package quant's
 // rules (the same as round to nearest uses).
-func (g Grid) fit(seg []float32) param {
+func (g Grid) fit(seg []float32) param { return g.fitWeighted(seg, nil) }
+
+// fitWeighted is fit with the search weighted by the input channels'
+// importances imp (len(seg) of them; nil: unweighted). Only the searched
+// 4-bit grids weigh them: the plain rules take the range as it is.
+func (g Grid) fitWeighted(seg, imp []float32) param {
+	if imp != nil && g.Search {
+		switch g.Kind {
+		case convert.GridSym4:
+			return param{scale: quant.Sym4SearchWeighted(seg, imp, g.DType).Scale}
+		case convert.GridAsym4:
+			p := quant.Asym4SearchWeighted(seg, imp, g.DType)
+			return param{scale: p.Scale, zero: p.Zero}
+		}
+	}
 	switch g.Kind {
 	case convert.GridSym4:
 		if g.Search {
@@ -68,6 +82,17 @@ func (g Grid) code(p param, w float32) (uint8, float32) {
 	s := quant.Int8{Scale: p.scale}
 	q := s.Code(w)
 	return uint8(q), s.Value(q)
+}
+
+// value is code q's value under p.
+func (g Grid) value(p param, q uint8) float32 {
+	switch g.Kind {
+	case convert.GridSym4:
+		return quant.Sym4{Scale: p.scale}.Value(q)
+	case convert.GridAsym4:
+		return quant.Asym4{Scale: p.scale, Zero: p.zero}.Value(q)
+	}
+	return quant.Int8{Scale: p.scale}.Value(int8(q))
 }
 
 // values dequantizes one group's stored codes into dst[:len(codes)].

@@ -62,6 +62,9 @@ type Factor struct {
 	work []float64 // Prepare's float64 scratch (a retry may share it)
 	Perm []int     // Perm[i] is the input channel processed i-th
 	Dead []bool    // input channels with diag H = 0 (their weights become 0)
+	// Diag is diag(H) before damping, in channel order: each input
+	// channel's importance (the sum of its squared activations).
+	Diag []float32
 	// Damp is the damping fraction that factored; Tries how many were tried.
 	Damp  float64
 	Tries int
@@ -81,10 +84,12 @@ func Prepare(f *Factor, h []float64, k int, damp float64, actOrder bool) error {
 	f.K, f.Act = k, actOrder
 	f.Dead = slices.Grow(f.Dead[:0], k)[:k]
 	f.Perm = slices.Grow(f.Perm[:0], k)[:k]
+	f.Diag = slices.Grow(f.Diag[:0], k)[:k]
 	diag := make([]float64, k)
 	var mean float64
 	for i := range k {
 		d := h[i*k+i]
+		f.Diag[i] = float32(d)
 		f.Dead[i] = d == 0
 		if d == 0 {
 			d = 1

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"sparkconv/calib"
@@ -21,14 +23,21 @@ import (
 // Calibrator is the calibrated GPTQ of a conversion: a convert.Solver for
 // the gptq, w4a16 and w8a8 writers.
 type Calibrator struct {
-	Files    []string  // samples files (calibrate's formats); none: the embedded corpus
-	Budget   int       // calibration tokens (DefaultBudget when 0)
-	SeqLen   int       // longest chunk in tokens (DefaultSeqLen when 0)
-	Damp     float64   // damping fraction of the mean diagonal (DefaultDamp when 0)
-	ActOrder bool      // static act-order
-	Smooth   float64   // SmoothQuant alpha in (0, 1) before the int8 solve; 0: none
-	Log      io.Writer // warnings and fallbacks; nil: none
-	Quiet    bool      // no progress bar
+	Files    []string // samples files (calibrate's formats); none: the embedded corpus
+	Budget   int      // calibration tokens (DefaultBudget when 0)
+	SeqLen   int      // longest chunk in tokens (DefaultSeqLen when 0)
+	Damp     float64  // damping fraction of the mean diagonal (DefaultDamp when 0)
+	ActOrder bool     // static act-order
+	Smooth   float64  // SmoothQuant alpha in (0, 1) before the int8 solve; 0: none
+	// Weighted searches each group's parameters under the input channels'
+	// importances (the Hessian's diagonal) instead of the plain squared
+	// weight error.
+	Weighted bool
+	// Refine is how many sweeps of the least-squares refit of the group
+	// parameters under the Hessian (refine) follow each solve; 0: none.
+	Refine int
+	Log    io.Writer // warnings and fallbacks; nil: none
+	Quiet  bool      // no progress bar
 	// OnLayer, if set, is called after each layer with its modules'
 	// records and the forward and solve time it took (for measurements
 	// and logs of long runs).
@@ -57,6 +66,34 @@ func (c *Calibrator) defaults() {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
+	if v := os.Getenv("SPARKCONV_EXP_WEIGHTED"); v == "1" {
+		c.Weighted = true
+	}
+	if v, err := strconv.Atoi(os.Getenv("SPARKCONV_EXP_REFINE")); err == nil {
+		c.Refine = v
+	}
+}
+
+// solveOptions are the calibrator's solve variants.
+func (r *run) solveOptions() solveOptions { return solveOptions{weighted: r.c.Weighted} }
+
+// refineResult runs the parameter refit on res, if asked for, with h's
+// Hessian in float32 (made once per input, kept in r.hf).
+func (r *run) refineResult(res *Result, m quant.Matrix, h *calib.Hessian) {
+	if r.c.Refine <= 0 {
+		return
+	}
+	if r.hfOf != h {
+		r.hf = make([]float32, len(h.H))
+		kernels.Parallel(h.K, func(lo, hi int) {
+			for i := lo * h.K; i < hi*h.K; i++ {
+				r.hf[i] = float32(h.H[i])
+			}
+		})
+		r.hfOf = h
+	}
+	setPhase("refine")
+	refine(res, m, r.hf, r.grid, r.c.Refine)
 }
 
 // layerModule is one quantized linear of a layer and the input it reads.
@@ -100,6 +137,8 @@ type run struct {
 	bar     *progress.Bar
 	fwd     time.Duration
 	solve   time.Duration
+	hf      []float32      // the Hessian hfOf in float32 (refine)
+	hfOf    *calib.Hessian // whose Hessian hf holds
 }
 
 // Solve calibrates and solves every target of spec, layer by layer.
@@ -399,6 +438,7 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 		t0 := time.Now()
 		if k == 0 { // one factor for all of them
 			h.Finish()
+			r.hfOf = nil // a new Hessian in the same accumulator
 			if r.c.Smooth > 0 {
 				if err := r.smoothInput(i, l, p, h); err != nil {
 					return err
@@ -500,9 +540,10 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 		rep.DampPercent, rep.DampTries = r.f.Damp, r.f.Tries
 		setPhase("solve")
 		res = &Result{}
-		if err := solve(res, m, &r.f, r.grid, done); err != nil {
+		if err := solve(res, m, &r.f, r.grid, done, r.solveOptions()); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.Source, err)
 		}
+		r.refineResult(res, m, h)
 		r.mark("solved")
 		setPhase("heldout")
 		errs := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, res, nearest{})
@@ -592,9 +633,10 @@ func (r *run) retry(t convert.Target, m quant.Matrix, h *calib.Hessian, res *Res
 			continue
 		}
 		again := &Result{}
-		if err := solve(again, m, f, r.grid, done); err != nil {
+		if err := solve(again, m, f, r.grid, done, r.solveOptions()); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.Source, err)
 		}
+		r.refineResult(again, m, h)
 		e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, again)[0]
 		tried += fmt.Sprintf(", %g: %.4g", f.Damp, e)
 		rep.DampTries += f.Tries

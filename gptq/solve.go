@@ -74,12 +74,24 @@ func (r *Result) size(n, k, gs int, zeros bool) {
 // The working copy of W, the errors and the updates are float32 (the
 // factor is computed in float64 and rounded once, f.U): every update is
 // a float32 GEMM except inside sub-blocks of subBlock columns.
-func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error { return solve(dst, m, f, g, nil) }
+func Solve(dst *Result, m quant.Matrix, f *Factor, g Grid) error {
+	return solve(dst, m, f, g, nil, solveOptions{})
+}
+
+// solveOptions are the solve's variants beyond plain GPTQ.
+type solveOptions struct {
+	// weighted: each group's parameters searched under the importances
+	// f.Diag (fitWeighted) instead of the plain squared error.
+	weighted bool
+	// given: the parameters of every group are taken from this result
+	// (same shape) instead of being fitted; only the codes are solved.
+	given *Result
+}
 
 // solve is Solve calling done (if set) after each row panel, once the
 // panel's rows are read for the last time (a mapped matrix can then drop
 // their pages).
-func solve(dst *Result, m quant.Matrix, f *Factor, g Grid, done func()) error {
+func solve(dst *Result, m quant.Matrix, f *Factor, g Grid, done func(), opt solveOptions) error {
 	n, k := m.N, m.K
 	gs := g.group(k)
 	if f.K != k || len(f.U) != k*k {
@@ -89,9 +101,25 @@ func solve(dst *Result, m quant.Matrix, f *Factor, g Grid, done func()) error {
 		return fmt.Errorf("gptq: group size %d does not divide K=%d", gs, k)
 	}
 	dst.size(n, k, gs, g.Kind == convert.GridAsym4)
+	if opt.given != nil {
+		if opt.given.N != n || opt.given.K != k || opt.given.Group != gs {
+			return fmt.Errorf("gptq: given parameters are for [%d, %d] g%d, matrix is [%d, %d] g%d", opt.given.N, opt.given.K, opt.given.Group, n, k, gs)
+		}
+		copy(dst.Scales, opt.given.Scales)
+		if dst.Zeros != nil {
+			copy(dst.Zeros, opt.given.Zeros)
+		}
+	}
 	rows := max(1, min(n, panelBytes/(4*k)))
 	s := &solver{m: m, f: f, g: g, dst: dst, gs: gs, ng: k / gs, group: make([]int, k), sub: subWidth(gs),
-		w: make([]float32, rows*k), e: make([]float32, rows*BlockSize), stats: make([]quant.ErrStats, rows)}
+		w: make([]float32, rows*k), e: make([]float32, rows*BlockSize), stats: make([]quant.ErrStats, rows),
+		given: opt.given != nil}
+	if opt.weighted && len(f.Diag) == k {
+		s.imp = make([]float32, k) // in processing order
+		for i, c := range f.Perm {
+			s.imp[i] = f.Diag[c]
+		}
+	}
 	for i, c := range f.Perm {
 		if f.Act { // static groups: a column keeps its original group
 			s.group[i] = c / gs
@@ -137,6 +165,8 @@ type solver struct {
 	w     []float32 // [rows, K] panel in processing order
 	e     []float32 // [rows, BlockSize] scaled errors of the current block
 	stats []quant.ErrStats
+	imp   []float32 // [K] importances in processing order (weighted fits), or nil
+	given bool      // the group parameters are given: never fitted
 }
 
 // rowChunk is how many rows of a panel run a block's sub-blocks together
@@ -223,11 +253,24 @@ func (s *solver) load(n int, w []float32, buf []float32) {
 	for i, c := range f.Perm {
 		w[i] = row[c]
 	}
-	if f.Act {
+	if f.Act && !s.given {
+		var imp []float32
+		if s.imp != nil {
+			imp = f.Diag // static groups are fitted in channel order
+		}
 		for gi := range s.m.K / s.gs {
-			s.setParam(n, gi, s.g.fit(row[gi*s.gs:(gi+1)*s.gs]))
+			lo, hi := gi*s.gs, (gi+1)*s.gs
+			s.setParam(n, gi, s.g.fitWeighted(row[lo:hi], sub(imp, lo, hi)))
 		}
 	}
+}
+
+// sub is x[lo:hi], or nil for a nil x.
+func sub(x []float32, lo, hi int) []float32 {
+	if x == nil {
+		return nil
+	}
+	return x[lo:hi]
 }
 
 func (s *solver) setParam(n, gi int, p param) {
@@ -247,9 +290,9 @@ func (s *solver) column(n int, w, e []float32, i, i1, j2 int, seg []float32) {
 	k, u := s.m.K, s.f.U
 	c, gi := s.f.Perm[i], s.group[i]
 	var p param
-	if !s.f.Act && i == gi*s.gs { // a group's first column
+	if !s.f.Act && !s.given && i == gi*s.gs { // a group's first column
 		copy(seg, w[i:i+s.gs])
-		p = s.g.fit(seg)
+		p = s.g.fitWeighted(seg, sub(s.imp, i, i+s.gs))
 		s.setParam(n, gi, p)
 	} else {
 		p = s.dst.param(n*s.ng + gi)

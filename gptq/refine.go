@@ -1,0 +1,163 @@
+package gptq
+
+import (
+	"math"
+
+	"sparkconv/convert"
+	"sparkconv/kernels"
+	"sparkconv/quant"
+)
+
+// refineRows is how many rows of W one refinement panel holds (two
+// [rows, K] float32 buffers).
+const refineRows = 256
+
+// refine fits the group parameters of a solved matrix again, its codes
+// held fixed, to the loss GPTQ itself minimises: Σ_rows (w - ŵ)ᵀ H (w - ŵ),
+// the squared output error on the calibration inputs, with H = XᵀX
+// (hf, [K, K] float32, undamped) rather than the plain squared weight
+// error each group's search used. GPTQ fixes a group's parameters before
+// its codes are chosen (at the group boundary, or up front with static
+// groups); once the codes are known, the parameters that serve them best
+// under H follow by least squares. This is exact block coordinate descent
+// on that convex quadratic: each group's (scale, zero) step solves its
+// 2x2 (1x1 on the symmetric and int8 grids) normal equations given the
+// other groups, and the residual's product with H is kept up to date with
+// one GEMM per group. The new parameters are rounded to the grid's dtype
+// before they count, so the loss never rises by more than that rounding.
+// sweeps passes go over every group.
+func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) {
+	k, gs := res.K, res.Group
+	ng := k / gs
+	asym := g.Kind == convert.GridAsym4
+	// Σ of each diagonal block of H: the zero's own normal coefficient,
+	// the same for every row.
+	blockSum := make([]float64, ng)
+	for gi := range ng {
+		lo := gi * gs
+		var s float64
+		for i := lo; i < lo+gs; i++ {
+			for _, v := range hf[i*k+lo : i*k+lo+gs] {
+				s += float64(v)
+			}
+		}
+		blockSum[gi] = s
+	}
+	rows := min(res.N, refineRows)
+	d, gr := make([]float32, rows*k), make([]float32, rows*k)
+	c, u, a := make([]float32, rows*gs), make([]float32, rows*gs), make([]float32, rows*gs)
+	for n0 := 0; n0 < res.N; n0 += rows {
+		p := min(rows, res.N-n0)
+		kernels.Parallel(p, func(lo, hi int) {
+			deq := make([]float32, k)
+			for r := lo; r < hi; r++ {
+				row := m.Row(n0+r, d[r*k:(r+1)*k])
+				copy(d[r*k:(r+1)*k], row)
+				res.Dequantize(g, n0+r, deq)
+				for j := range deq {
+					d[r*k+j] -= deq[j]
+				}
+			}
+		})
+		// G = D H: the gradient of each row's loss, up to a factor -2.
+		kernels.Sgemm(false, false, p, k, k, 1, d, k, hf, k, 0, gr, k)
+		for range sweeps {
+			for gi := range ng {
+				lo := gi * gs
+				kernels.Parallel(p, func(r0, r1 int) {
+					for r := r0; r < r1; r++ {
+						res.centered(g, n0+r, gi, c[r*gs:(r+1)*gs])
+					}
+				})
+				// U = C H_JJ: each row's codes through its group's block.
+				kernels.Sgemm(false, false, p, gs, gs, 1, c, gs, hf[lo*k+lo:], k, 0, u, gs)
+				kernels.Parallel(p, func(r0, r1 int) {
+					for r := r0; r < r1; r++ {
+						res.step(g, n0+r, gi, asym, blockSum[gi], c[r*gs:(r+1)*gs], u[r*gs:(r+1)*gs],
+							gr[r*k+lo:r*k+lo+gs], a[r*gs:(r+1)*gs])
+					}
+				})
+				// G -= A H[J, :]: the rows' residuals lost A in the group.
+				kernels.Sgemm(false, false, p, k, gs, -1, a, gs, hf[lo*k:], k, 1, gr, k)
+			}
+		}
+	}
+}
+
+// centered writes group gi of row n's codes as the multipliers of its
+// scale: q - 8 on the 4-bit grids, the signed code on int8.
+func (r *Result) centered(g Grid, n, gi int, dst []float32) {
+	codes := r.Codes[n*r.K+gi*r.Group : n*r.K+(gi+1)*r.Group]
+	for j, q := range codes {
+		if g.Kind == convert.GridInt8 {
+			dst[j] = float32(int8(q))
+		} else {
+			dst[j] = float32(int32(q) - 8)
+		}
+	}
+}
+
+// step moves group gi of row n to the least-squares parameters given
+// the rest of the row: c are its centered codes, u = H_JJ c, hsum the sum
+// of H_JJ, grad the group's part of (w - ŵ) H. It writes into a what each
+// weight of the group gained (ŵ' - ŵ), zero when the step is refused.
+func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a []float32) {
+	i := n*(r.K/r.Group) + gi
+	old := r.param(i)
+	var cu, su, cg, sg float64
+	for j := range c {
+		cu += float64(c[j]) * float64(u[j])
+		su += float64(u[j])
+		cg += float64(c[j]) * float64(grad[j])
+		sg += float64(grad[j])
+	}
+	var ds, dz float64
+	if asym {
+		det := cu*hsum - su*su
+		if !(det > 0) {
+			clear(a)
+			return
+		}
+		ds = (cg*hsum - su*sg) / det
+		dz = (cu*sg - su*cg) / det
+	} else {
+		if !(cu > 0) {
+			clear(a)
+			return
+		}
+		ds = cg / cu
+	}
+	next := g.rounded(param{scale: float32(float64(old.scale) + ds), zero: float32(float64(old.zero) + dz)})
+	if !(next.scale > 0) || math.IsInf(float64(next.scale), 0) || math.IsInf(float64(next.zero), 0) {
+		clear(a)
+		return
+	}
+	// The loss change of the step after rounding: -2 aᵀgrad + aᵀ H_JJ a,
+	// with a = Δs c + Δz 1 (H_JJ a = Δs u + Δz H_JJ 1; the last term's
+	// sum is hsum). A step that rounding made worse is not taken.
+	fs, fz := float64(next.scale)-float64(old.scale), float64(next.zero)-float64(old.zero)
+	gain := 2*(fs*cg+fz*sg) - (fs*fs*cu + 2*fs*fz*su + fz*fz*hsum)
+	if !(gain > 0) {
+		clear(a)
+		return
+	}
+	codes := r.Codes[n*r.K+gi*r.Group : n*r.K+(gi+1)*r.Group]
+	g.values(old, codes, a)
+	for j, q := range codes {
+		a[j] = g.value(next, q) - a[j]
+	}
+	r.Scales[i] = next.scale
+	if r.Zeros != nil {
+		r.Zeros[i] = next.zero
+	}
+}
+
+// rounded is p in the grid's parameter dtype, kept in its range.
+func (g Grid) rounded(p param) param {
+	switch g.Kind {
+	case convert.GridAsym4:
+		q := quant.Asym4{Scale: g.DType.Round(p.scale), Zero: g.DType.Round(p.zero)}
+		return param{scale: q.Scale, zero: q.Zero}
+	}
+	return param{scale: g.DType.Round(p.scale)}
+}
