@@ -7,15 +7,15 @@ usage: real_heldout_agent.py OUT_DIR          (writes OUT_DIR/heldout-agent.txt
 
 A second held-out set, disjoint from the first (testdata/real/heldout.txt),
 of the text an on-device agent model is fed: ChatML agent transcripts with
-JSON tool calls and results, raw JSON/JSONL and config files, code in C,
-Rust, JavaScript, shell and SQL, number-heavy tables and CSV, man pages in
-Japanese, Korean, Chinese, German, French, Spanish and Russian, and
-markdown. One sample per part, separated by lines holding only "---" (the
+JSON tool calls and results, raw JSON, JSON lines and config (TOML, YAML),
+code in C, Rust, JavaScript, shell and SQL, number-heavy tables and CSV,
+man pages in Japanese, Korean, Traditional Chinese, German, French and
+Russian, and markdown. One sample per part, separated by lines holding only "---" (the
 `sparkconv eval --samples` form); testdata/real/SOURCES.md lists every part
 with its source file and license.
 
 Sources, all read from this host (Debian bookworm, Go 1.26.8, Node.js
-20.20.2, Rust 1.95.0, CPython 3.11.7, PostgreSQL 15):
+20.20.2, Go 1.26.8, Rust 1.95.0, PostgreSQL 15.18, the Go module cache):
   transcripts  scripts/real_heldout_agent_chats.txt (written for this
                project, CC0-1.0), whose {{...}} tool results are built here
                from real data:
@@ -60,7 +60,6 @@ CHATS = os.path.join(HERE, "real_heldout_agent_chats.txt")
 ISO = "/usr/share/iso-codes/json"
 GO = "/usr/local/go/src"
 GOMOD = os.path.expanduser("~/go/pkg/mod")
-PY = "/root/.pyenv/versions/3.11.7/lib/python3.11"
 RUST = os.path.expanduser("~/.rustup/toolchains/1.95.0-x86_64-unknown-linux-gnu/share/doc/rust/html/src")
 NODEDOC = "/usr/share/doc/nodejs/api"
 NPM = "/usr/lib/node_modules/npm"
@@ -287,9 +286,9 @@ def part_tab(path, chars, start):
     return lambda: between(tab_rows(path), start, chars)
 
 
-def part_nodejson(path, chars):
-    # the generated API JSON (pretty-printed with 2 spaces), cut at a line end
-    return lambda: head(read(path), chars)
+def part_heads(pieces):
+    """The start of each (path, chars) piece, joined by blank lines."""
+    return lambda: "\n\n".join(head(read(p), n) for p, n in pieces)
 
 
 def parts(refs):
@@ -298,7 +297,8 @@ def parts(refs):
         ("agent", part_chat("travel"), "own transcript `travel`; tool results from iso-codes 4.15.0 `iso_3166-1.json`, `iso_4217.json` and tzdata 2025b `zone1970.tab`", "CC0-1.0 (own); LGPL-2.1+ (iso-codes); public domain (tzdata)"),
         ("code-c", part_file("/usr/share/doc/nettle-dev/examples/rsa-encrypt.c", 2300, start="#if HAVE_CONFIG_H"), "nettle 3.8.1 `/usr/share/doc/nettle-dev/examples/rsa-encrypt.c` (Copyright (C) 2002 Niels Möller), from the line after its license header", "LGPL-3+ or GPL-2+"),
         ("lang-ja", part_man(f"{M}/ja/man5/login.defs.5.gz", 850, refs), "shadow 4.13 (package login) `/usr/share/man/ja/man5/login.defs.5.gz`", "BSD-3-Clause"),
-        ("json", part_nodejson(f"{NODEDOC}/path.json.gz", 2650), "Node.js 20.20.2 `/usr/share/doc/nodejs/api/path.json.gz` (the API docs as JSON)", "MIT"),
+        ("json", part_heads([(f"{NODEDOC}/path.json.gz", 2300), (f"{GO}/cmd/internal/test2json/testdata/issue29755.json", 1300)]),
+         "Node.js 20.20.2 `/usr/share/doc/nodejs/api/path.json.gz` (the API docs as JSON), then JSON lines: Go 1.26.8 `src/cmd/internal/test2json/testdata/issue29755.json` (`go test -json` events)", "MIT (Node.js); BSD-3-Clause (Go)"),
         ("lang-de", part_man(f"{M}/de/man1/dpkg-split.1.gz", 2500, refs), "dpkg 1.21.22 `/usr/share/man/de/man1/dpkg-split.1.gz`", "GPL-2+"),
         ("code-rust", part_rust(f"{RUST}/core/char/decode.rs.html", 2500), "Rust 1.95.0 `library/core/src/char/decode.rs` (rust-docs `html/src/core/char/decode.rs.html`, line numbers dropped)", "MIT OR Apache-2.0"),
         ("numbers-tab", part_tab("/usr/share/zoneinfo/zone1970.tab", 1450, "AQ\t"), "tzdata 2025b `/usr/share/zoneinfo/zone1970.tab`, rows from `AQ` on, comments dropped", "public domain"),
@@ -308,12 +308,12 @@ def parts(refs):
                                f"{GOMOD}/github.com/spf13/cobra@v1.10.2/.github/workflows/test.yml"], 2500),
          "urllib3 `pyproject.toml` (Google Cloud SDK `platform/gsutil/third_party/urllib3`), cobra v1.10.2 `.github/workflows/test.yml`", "MIT (urllib3); Apache-2.0 (cobra)"),
         ("code-js", part_file(f"{NPM}/lib/commands/dist-tag.js", 2650), "npm 11.19.1 `lib/commands/dist-tag.js`", "Artistic-2.0"),
-        ("lang-fr", part_man(f"{M}/fr/man8/start-stop-daemon.8.gz", 2750, refs), "dpkg 1.21.22 `/usr/share/man/fr/man8/start-stop-daemon.8.gz`", "public domain (Debian's `public-domain-s-s-d`)"),
+        ("lang-fr", part_man(f"{M}/fr/man8/start-stop-daemon.8.gz", 2750, refs), "dpkg 1.21.22 `/usr/share/man/fr/man8/start-stop-daemon.8.gz`", "GPL-2+"),
         ("markdown", part_file(f"{NODEDOC}/readline.md", 2650), "Node.js 20.20.2 `/usr/share/doc/nodejs/api/readline.md`", "MIT"),
         ("agent", part_chat("phone"), "own transcript `phone` (Chinese and English)", "CC0-1.0"),
-        ("code-shell", part_file("/root/.pyenv/libexec/pyenv-versions", 2500), "pyenv 2.4 `libexec/pyenv-versions`", "MIT"),
-        ("lang-zh", part_man(f"{M}/zh_TW/man5/passwd.5.gz", 1250, refs), "shadow 4.13 (package passwd) `/usr/share/man/zh_TW/man5/passwd.5.gz` (Traditional Chinese)", "BSD-3-Clause"),
-        ("numbers-csv", part_files(["/usr/share/distro-info/debian.csv", "/usr/share/distro-info/ubuntu.csv"], 1150), "distro-info-data 0.58+deb12u6 `/usr/share/distro-info/debian.csv`, start of `ubuntu.csv`", "ISC"),
+        ("code-shell", part_file("/root/.pyenv/libexec/pyenv-versions", 2500), "pyenv 2.6.30 `libexec/pyenv-versions`", "MIT"),
+        ("lang-zh", part_man(f"{M}/zh_TW/man5/passwd.5.gz", 1250, refs), "shadow 4.13 (package passwd) `/usr/share/man/zh_TW/man5/passwd.5.gz` (Traditional Chinese)", "GPL-2+"),
+        ("numbers-csv", part_heads([("/usr/share/distro-info/debian.csv", 1300), ("/usr/share/distro-info/ubuntu.csv", 500)]), "distro-info-data 0.58+deb12u6 `/usr/share/distro-info/debian.csv` and the start of `ubuntu.csv`", "ISC"),
         ("code-sql", part_file(f"{PG}/information_schema.sql", 2650, start="CREATE VIEW attributes AS"), "PostgreSQL 15.18 `/usr/share/postgresql/15/information_schema.sql`, from the view `attributes`", "PostgreSQL"),
         ("agent", part_chat("files"), "own transcript `files` (German); region results from iso-codes 4.15.0 `iso_3166-2.json`", "CC0-1.0 (own); LGPL-2.1+ (iso-codes)"),
         ("lang-ru", part_man(f"{M}/ru/man1/fuser.1.gz", 1400, refs), "psmisc 23.6 `/usr/share/man/ru/man1/fuser.1.gz`", "GPL-2+"),
@@ -391,7 +391,7 @@ def main():
 
 # The CI slice: (kind, which part of that kind, the line it starts at or
 # None for the part's start, characters), each cut at a line end.
-CI = [("agent", 0, None, 3000), ("agent", 2, "<|im_start|>user", 900), ("json", 0, None, 600),
+CI = [("agent", 0, None, 2600), ("agent", 2, "<|im_start|>user", 2000), ("json", 0, None, 600),
       ("config", 0, None, 500), ("code-c", 0, None, 500), ("code-js", 0, None, 400),
       ("numbers-tab", 0, None, 400), ("lang-ja", 0, None, 250), ("lang-de", 0, None, 500),
       ("markdown", 0, None, 600)]
