@@ -9,7 +9,8 @@
 #   Spark-layout checkpoint WORK_DIR/NAME), its /usr/bin/time -v record to
 #   WORK_DIR/NAME.time, each score to WORK_DIR/NAME.SET.eval.json. A row whose
 #   scores exist is skipped, so an interrupted run resumes. ROW names the
-#   rows to run (default: all, in the order below). The table:
+#   rows to run (default: all, in the order below); two run.sh may share
+#   WORK_DIR (each row is locked by WORK_DIR/NAME.lock). The table:
 #   python3 scripts/peers/table.py WORK_DIR
 set -euo pipefail
 work=$(mkdir -p "$1" && cd "$1" && pwd) bin=$(realpath "${2:-./sparkconv}")
@@ -50,8 +51,15 @@ fi
 timed() { # timed NAME CMD...: run CMD under /usr/bin/time -v, niced, its log in NAME.log
 	local name=$1
 	shift
-	nice -n 5 /usr/bin/time -v -o "$work/$name.time.tmp" "$@" >>"$work/$name.log" 2>&1 ||
-		{ echo "run.sh: $name failed (exit $?); its log: $work/$name.log" >&2; tail -5 "$work/$name.log" >&2; return 1; }
+	# A failure is recorded in NAME.failed (the log's last lines) and the
+	# run goes on with the next row; a rerun tries the row again.
+	rm -f "$work/$name.failed"
+	if ! nice -n 5 /usr/bin/time -v -o "$work/$name.time.tmp" "$@" >>"$work/$name.log" 2>&1; then
+		{ echo "exit status $(grep -o 'Exit status: [0-9]*' "$work/$name.time.tmp" | cut -d' ' -f3)"; tail -5 "$work/$name.log"; } >"$work/$name.failed"
+		echo "run.sh: $name failed; its log: $work/$name.log" >&2
+		cat "$work/$name.failed" >&2
+		return 1
+	fi
 	mv "$work/$name.time.tmp" "$work/$name.time"
 }
 
@@ -93,14 +101,16 @@ want=" $* "
 for row in "${rows[@]}"; do
 	read -r name kind args <<<"$row"
 	[ $# -gt 0 ] && [[ $want != *" $name "* ]] && continue
+	# another run.sh on the same WORK_DIR running this row: leave it to that one
+	mkdir "$work/$name.lock" 2>/dev/null || { echo "== $name: skipped, $work/$name.lock says another run.sh has it"; continue; }
+	trap 'rmdir "$work/$name.lock"' EXIT
 	echo "== $name"
 	if [ ! -f "$work/$name.time" ]; then
 		rm -rf "${work:?}/$name" "$work/$name.work" "$work/$name.log"
-		case $kind in
+		if ! case $kind in
 		sparkconv)
 			# shellcheck disable=SC2086
-			timed "$name" "$bin" $args --model "$model" --out "$work/$name"
-			check_chunks "$work/$name"
+			timed "$name" "$bin" $args --model "$model" --out "$work/$name" && check_chunks "$work/$name"
 			;;
 		sparkconv-rotate)
 			# rotate, then the command: one timing for both (bash -c under time)
@@ -114,7 +124,11 @@ for row in "${rows[@]}"; do
 			mkdir -p "$work/$name.work"
 			timed "$name" "$gptq" "$here/gptq_peer.py" "${name%-w4-sym}" "$work/llama" "$work/chunks.jsonl" "$model" "$work/$name.work" "$work/$name"
 			;;
-		esac
+		esac; then
+			rmdir "$work/$name.lock"
+			trap - EXIT
+			continue
+		fi
 	fi
 	score "$name" "$work/$name"
 	# sparkconv's 4-bit builds once more as weights only: the float32
@@ -125,5 +139,7 @@ for row in "${rows[@]}"; do
 		score "$name-weights" "$work/$name-weights"
 		;;
 	esac
+	rmdir "$work/$name.lock"
+	trap - EXIT
 done
 python3 "$here/table.py" "$work"
