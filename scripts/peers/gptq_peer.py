@@ -35,6 +35,14 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import spark_llama  # noqa: E402
 
+# GPTQModel 7.7 sizes its CPU worker pool as (cores + 1) // 2 but its model
+# loader asks for 2 workers of it, so on a machine of 2 or fewer cores
+# GPTQModel.load fails: "ValueError: Virtual pool 'model_loader:cpu' requests
+# 2 workers but parent 'cpu' only has 1" (gptqmodel/__init__.py). Its own
+# override, GPTQMODEL_CPU_WORKERS, gives the pool the 2 it asks for.
+if (os.cpu_count() or 1) <= 2:
+    os.environ.setdefault("GPTQMODEL_CPU_WORKERS", "2")
+
 SEQLEN = 512
 
 
