@@ -21,42 +21,23 @@ peer's result back (the inverse mapping) as a checkpoint `sparkconv eval
 import json
 import os
 import shutil
-import struct
 
 import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 LINEARS = ("self_attn.q_k_v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
 def read_safetensors(path):
-    """All tensors of one safetensors file as numpy arrays (bf16 widened to
-    float32 exactly); returns (tensors, dtypes)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
+    """All tensors of one safetensors file as numpy arrays (floats widened to
+    float32 exactly, integers as stored); returns (tensors, dtypes)."""
     out, dtypes = {}, {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        raw = data[a:b]
-        dt = info["dtype"]
-        if dt == "BF16":
-            v = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
-        else:
-            v = np.frombuffer(raw, {"F32": np.float32, "F16": np.float16, "I8": np.int8, "I32": np.int32, "I64": np.int64,
-                                    "U8": np.uint8}[dt])
-        out[name] = v.reshape(info["shape"])
-        dtypes[name] = dt
+    for name, t in load_file(path).items():
+        dtypes[name] = str(t.dtype).removeprefix("torch.")
+        out[name] = t.float().numpy() if t.dtype.is_floating_point else t.numpy()
     return out, dtypes
-
-
-def bf16_bytes(a):
-    """float32 -> bfloat16 bytes, round to nearest even (as torch does)."""
-    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
 
 
 def is_bf16(a):
@@ -65,29 +46,18 @@ def is_bf16(a):
 
 
 def write_safetensors(path, tensors):
-    """tensors: name -> (dtype, numpy array); BF16 arrays are float32 holding
-    bf16 values. Written to a temporary name, fsynced and renamed."""
-    header, blobs, off = {}, [], 0
+    """tensors: name -> (dtype, numpy array), dtype BF16 (float32 values
+    that must be bf16-exact), F32 or I8. Written to a temporary name, fsynced
+    and renamed."""
+    conv = {"BF16": torch.bfloat16, "F32": torch.float32, "I8": torch.int8}
+    out = {}
     for name, (dt, a) in tensors.items():
-        if dt == "BF16":
-            if not is_bf16(a):
-                raise ValueError(f"{name}: values are not bf16-exact")
-            b = bf16_bytes(a)
-        else:
-            b = np.ascontiguousarray(a, {"F32": np.float32, "I8": np.int8}[dt]).tobytes()
-        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    header["__metadata__"] = {"format": "pt"}
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * (-len(hj) % 8)
+        if dt == "BF16" and not is_bf16(a):
+            raise ValueError(f"{name}: values are not bf16-exact")
+        out[name] = torch.from_numpy(np.ascontiguousarray(a)).to(conv[dt])
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for b in blobs:
-            f.write(b)
-        f.flush()
+    save_file(out, tmp, metadata={"format": "pt"})
+    with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.rename(tmp, path)
 
@@ -155,7 +125,7 @@ def to_llama(spark_dir, out_dir):
     every value exact: the split is a row slice, o_proj / 2 a power of two)."""
     cfg = spark_config(spark_dir)
     t, dt = read_safetensors(os.path.join(spark_dir, "model.safetensors"))
-    if any(v != "BF16" for v in dt.values()):
+    if any(v != "bfloat16" for v in dt.values()):
         raise SystemExit(f"{spark_dir}: expected a bf16 checkpoint")
     q, kv = qkv_rows(cfg)
     out = {"model.embed_tokens.weight": t.pop("model.embed_tokens.weight"), "model.norm.weight": t.pop("model.norm.weight")}
