@@ -117,7 +117,9 @@ def dequantized(saved):
 def main():
     if len(sys.argv) != 7:
         sys.exit(__doc__)
-    peer, llama_dir, chunks_file, spark_dir, work, out = sys.argv[1:]
+    peer = sys.argv[1]
+    llama_dir, chunks_file, spark_dir, work, out = map(os.path.abspath, sys.argv[2:])
+    os.chdir(work)  # GPTQModel writes its logs/ into the working folder
     torch.manual_seed(0)
     ids = chunks(chunks_file)
     saved = os.path.join(work, "saved")
