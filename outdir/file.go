@@ -70,6 +70,11 @@ func (f *File) Write(fill func(w *os.File) error) error {
 		return fmt.Errorf("writing %s: %w", f.target, err)
 	}
 	name := tmp.Name()
+	if err := lockFile(tmp); err != nil { // released when tmp is closed
+		tmp.Close()
+		os.Remove(name)
+		return fmt.Errorf("writing %s: %w", f.target, err)
+	}
 	writing.Lock()
 	writing.files[name] = true
 	writing.Unlock()
@@ -87,11 +92,11 @@ func (f *File) Write(fill func(w *os.File) error) error {
 	if err == nil {
 		err = tmp.Sync()
 	}
+	if err == nil {
+		err = f.place(name) // still locked: a sweeper leaves it alone
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = f.place(name)
 	}
 	if err != nil {
 		os.Remove(name)
@@ -114,6 +119,13 @@ func (f *File) WriteBytes(data []byte) error {
 // file that appeared meanwhile without force, and with force only over
 // one the owner recognises.
 func (f *File) place(tmp string) error {
+	writing.Lock()
+	stopped := writing.stopped
+	delete(writing.files, tmp) // AbortWriting leaves it to this rename now
+	writing.Unlock()
+	if stopped {
+		return ErrInterrupted
+	}
 	if err := f.check(); err != nil {
 		return err
 	}

@@ -111,7 +111,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		return nil, err
 	}
 	traced := time.Since(start)
-	d, err := outdir.Create(o.Out, o.Force, o.Model, o.Export, o.Samples)
+	d, err := outdir.Create(o.Out, o.Force, o.Model, o.Export, o.Samples, o.HeldOutSamples, lib)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"sparkconv/eval"
 	"sparkconv/eval/evalort"
+	"sparkconv/ortrun"
 	"sparkconv/outdir"
 	"sparkconv/spark"
 )
@@ -112,6 +113,11 @@ disjoint from the calibration corpus).`,
 // runEval scores ef.model (or ef.export) against ef.base.
 func runEval(ef *evalFlags) (*eval.Result, error) {
 	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
+	if ef.export != "" { // ONNX Runtime's library is read too
+		if lib, err := ortrun.FindORTLib(ef.ortLib); err == nil {
+			inputs = append(inputs, lib)
+		}
+	}
 	if err := checkEvalOutputs(ef, inputs); err != nil {
 		return nil, err
 	}

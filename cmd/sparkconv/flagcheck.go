@@ -29,6 +29,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"sparkconv/outdir"
 )
 
 // flagRule is what one flag accepts.
@@ -230,7 +232,10 @@ func flagError(cmd *cobra.Command, err error) error {
 // command runs, usage errors (exit 2) for bad arguments and flags.
 func prepare(root *cobra.Command) {
 	root.SetFlagErrorFunc(flagError)
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkFlags(cmd) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		outdir.SetCommand(cmd.Name()) // the output marker names the command
+		return checkFlags(cmd)
+	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Args != nil {

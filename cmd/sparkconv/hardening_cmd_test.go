@@ -15,6 +15,7 @@ import (
 
 	"sparkconv/dtype"
 	"sparkconv/fixtures/fixturestest"
+	"sparkconv/outdir"
 	"sparkconv/safetensors"
 )
 
@@ -109,6 +110,7 @@ func TestForceReplacesOnlySparkconvOutputs(t *testing.T) {
 	os.WriteFile(plain, []byte("mine"), 0o644)
 	foreign := filepath.Join(dir, "hf-model")
 	copyDir(t, m, foreign)
+	os.Remove(filepath.Join(foreign, outdir.MarkerName)) // a Hugging Face folder has none
 	os.WriteFile(filepath.Join(foreign, "config.json"), []byte(`{"model_type": "other"}`), 0o644)
 	before := tree(t, foreign)
 	for _, out := range []string{plain, foreign} {

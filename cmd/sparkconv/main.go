@@ -122,17 +122,31 @@ func exitCode(err error) int {
 // their temporary output) before the process exits anyway.
 const interruptGrace = 5 * time.Second
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// handleSignals makes every command stop the same way at SIGINT/SIGTERM:
+// no output is moved into place after the signal (outdir.Interrupt), the
+// context is cancelled, and after interruptGrace or at a second signal
+// the process removes its temporary files and folders and exits 130.
+func handleSignals() context.Context {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		<-ctx.Done()
-		stop() // a second signal now kills at once
-		time.Sleep(interruptGrace)
+		<-sigs
+		outdir.Interrupt()
+		cancel()
+		select {
+		case <-sigs:
+		case <-time.After(interruptGrace):
+		}
 		outdir.AbortWriting() // a command still computing left its temporary output
 		fmt.Fprintln(os.Stderr, "sparkconv: interrupted")
 		os.Exit(130)
 	}()
+	return ctx
+}
+
+func main() {
+	ctx := handleSignals()
 	prepare(rootCmd)
 	// A fault on a memory-mapped input that shrank becomes an error naming
 	// the file (on this goroutine; the readers' workers guard their own).
@@ -172,10 +186,10 @@ func (interrupted) Unwrap() error { return context.Canceled }
 // classify maps cobra's own errors and interruptions to what main reports.
 func classify(ctx context.Context, err error) error {
 	switch {
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		return errInterrupted // nothing was moved into place after the signal
 	case err == nil:
 		return nil
-	case ctx.Err() != nil || errors.Is(err, context.Canceled):
-		return errInterrupted
 	case strings.HasPrefix(err.Error(), "unknown command "):
 		return usageError{err} // cobra's error for an unknown subcommand
 	}

@@ -1,0 +1,155 @@
+package main
+
+// The cases of issue 30 ("Hardening, third pass"), each as the command a
+// careless user or a CI pipeline runs.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// markerName is outdir.MarkerName, spelled out so these tests build on
+// the commit before it too.
+const markerName = ".sparkconv-output"
+
+// runEnv is run with extra environment variables (NAME=value).
+func runEnv(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return stdout.String(), stderr.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), 0
+}
+
+// writeFile writes content to dir/name (dir created).
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestQNNBundleReadsAreInputs: cases 1 and 2. A bundle folder (a
+// bundle.json that names sparkconv) holding the --held-out-samples text or
+// ONNX Runtime's library, by --ort-lib or $SPARKCONV_ORT_LIB, is refused
+// as --out --force before any work (exit 2), and the file is kept.
+func TestQNNBundleReadsAreInputs(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	ex := filepath.Join(dir, "ex")
+	mustRun(t, "export-onnx", "--model", m, "--out", ex)
+	corpus, _ := os.ReadFile("../../fixtures/corpus/calib.txt")
+	for _, c := range []struct {
+		name, file string
+		flags, env []string
+	}{
+		{"held-out-samples", "h.txt", []string{"--held-out-samples", "Q/h.txt"}, nil},
+		{"ort-lib", "lib.so", []string{"--ort-lib", "Q/lib.so"}, nil},
+		{"SPARKCONV_ORT_LIB", "lib.so", nil, []string{"SPARKCONV_ORT_LIB=Q/lib.so"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := filepath.Join(t.TempDir(), "q")
+			writeFile(t, q, "bundle.json", `{"format": "sparkconv-qnn-bundle", "version": 1}`)
+			kept := writeFile(t, q, c.file, string(corpus))
+			fix := func(list []string) []string {
+				var out []string
+				for _, s := range list {
+					out = append(out, strings.ReplaceAll(s, "Q/", q+"/"))
+				}
+				return out
+			}
+			args := append([]string{"qnn-bundle", "--model", m, "--export", ex, "--out", q, "--force"}, fix(c.flags)...)
+			_, errOut, code := runEnv(t, fix(c.env), args...)
+			if code != 2 || !strings.Contains(errOut, "output overlaps an input: "+q+" contains the input "+kept) {
+				t.Errorf("exit %d: %s", code, errOut)
+			}
+			if b, _ := os.ReadFile(kept); !bytes.Equal(b, corpus) {
+				t.Errorf("%s deleted or changed", kept)
+			}
+		})
+	}
+}
+
+// TestSavedJSONOwnsNothing: case 3. A folder holding a saved --json
+// document ("tool": "sparkconv") is not sparkconv's output: --force
+// refuses it by name and the user's files stay; an output sparkconv wrote
+// carries the marker, naming its command, and is replaced.
+func TestSavedJSONOwnsNothing(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	proj := filepath.Join(dir, "proj")
+	notes := writeFile(t, proj, "notes.txt", "notes")
+	doc := mustRun(t, "--json", "w8a8", "--rtn", "--model", m, "--out", filepath.Join(dir, "b"))
+	writeFile(t, proj, "result.json", doc)
+	for _, cmd := range [][]string{
+		{"export-onnx", "--model", m, "--out", proj, "--force"},
+		{"w8a8", "--rtn", "--model", m, "--out", proj, "--force"},
+		{"calibrate", "--model", m, "--samples", "../../fixtures/corpus/calib.txt", "--out", proj, "--force"},
+		{"fixture", "--out", proj, "--force"},
+	} {
+		expect(t, 1, []string{proj + " exists and is not written by sparkconv (it holds no " + markerName + " marker"}, cmd...)
+	}
+	if b, _ := os.ReadFile(notes); string(b) != "notes" {
+		t.Fatalf("notes.txt: %q", b)
+	}
+	// The marker: one per output folder, naming the command.
+	var mk struct{ Format, Command, ID string }
+	b, err := os.ReadFile(filepath.Join(dir, "b", markerName))
+	if err != nil || json.Unmarshal(b, &mk) != nil || mk.Format != "sparkconv-output/1" || mk.Command != "w8a8" || len(mk.ID) != 32 {
+		t.Fatalf("marker %q: %v", b, err)
+	}
+	mustRun(t, "export-onnx", "--model", m, "--out", filepath.Join(dir, "b"), "--force")
+	b, _ = os.ReadFile(filepath.Join(dir, "b", markerName))
+	if !strings.Contains(string(b), `"command":"export-onnx"`) {
+		t.Errorf("marker after the replace: %s", b)
+	}
+}
+
+// TestHFCacheBlobsAreInputs: case 4. In a Hugging Face cache whose blobs
+// folder holds a saved JSON document, an output that is the blobs folder
+// is refused before any work (exit 2) as containing the model's files,
+// with or without --force, and every blob stays.
+func TestHFCacheBlobsAreInputs(t *testing.T) {
+	m := tinyModel(t)
+	root := filepath.Join(t.TempDir(), "models--x--spark")
+	snap, blobs := filepath.Join(root, "snapshots", "abc123"), filepath.Join(root, "blobs")
+	os.MkdirAll(snap, 0o755)
+	os.MkdirAll(blobs, 0o755)
+	entries, _ := os.ReadDir(m)
+	for i, e := range entries {
+		blob := filepath.Join(blobs, strings.Repeat("f", i+1))
+		os.Rename(filepath.Join(m, e.Name()), blob)
+		os.Symlink(filepath.Join("..", "..", "blobs", filepath.Base(blob)), filepath.Join(snap, e.Name()))
+	}
+	writeFile(t, blobs, "saved.json", `{"tool": "sparkconv"}`)
+	before := tree(t, blobs)
+	for _, cmd := range [][]string{
+		{"export-onnx", "--model", snap, "--out", blobs, "--force"},
+		{"w8a8", "--rtn", "--model", snap, "--out", blobs, "--force"},
+		{"w8a8", "--rtn", "--model", snap, "--out", root},
+		{"forward", "--model", snap, "--ids", "1,2", "--dump", filepath.Join(blobs, "f"), "--force"},
+	} {
+		expect(t, 2, []string{"output overlaps an input", "contains the input " + filepath.Join(snap, "config.json") + " (a link to "}[:1], cmd...)
+	}
+	expect(t, 2, []string{"contains the input " + snap + "/", " (a link to " + blobs + "/"}, "export-onnx", "--model", snap, "--out", blobs, "--force")
+	equalTrees(t, before, tree(t, blobs))
+}
