@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"unsafe"
@@ -161,6 +161,9 @@ func (bw *baseWindows) run(w int) error {
 		reqs = append(reqs, Request{IDs: bw.text.Window(i, bw.opt.Ctx)[:bw.opt.Ctx-1], First: first, Layers: i == 0 && bw.layers})
 	}
 	err := RunBatch(bw.m, reqs, func(i int, out Output) error {
+		if err := bw.opt.stopped(); err != nil {
+			return err
+		}
 		w := bw.done + i
 		if len(out.Logits) != count*V {
 			return fmt.Errorf("base, window %d: %d logits, want %d", w, len(out.Logits), count*V)
@@ -314,14 +317,13 @@ func f32Bytes(v []float32) []byte {
 	return b
 }
 
-// tempBase is a temporary path for a base file nobody asked to keep.
+// tempBase is a temporary path for a base file nobody asked to keep: in
+// an outdir.Scratch folder, which an interrupt removes, and a later eval
+// too when this one is killed.
 func tempBase() (string, func(), error) {
-	f, err := os.CreateTemp("", "sparkconv-eval-base-*.safetensors")
+	s, err := outdir.NewScratch("sparkconv-eval-")
 	if err != nil {
 		return "", nil, err
 	}
-	name := f.Name()
-	f.Close()
-	os.Remove(name)
-	return name, func() { os.Remove(name) }, nil
+	return filepath.Join(s.Path(), "base.safetensors"), s.Remove, nil
 }

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +20,17 @@ type Options struct {
 	// Progress, when set, is called with 1 after each window computed
 	// (windows run in batches, so it moves a batch at a time).
 	Progress func(n int)
+	// Context, when set, stops the evaluation at the next window once it
+	// is cancelled (SIGINT/SIGTERM), with its error.
+	Context context.Context
+}
+
+// stopped is the context's error once it is cancelled.
+func (o Options) stopped() error {
+	if o.Context == nil {
+		return nil
+	}
+	return o.Context.Err()
 }
 
 // DefaultOptions are llama.cpp's window (512) and a greedy test of 8
@@ -147,6 +159,9 @@ func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 	}
 	lp := make([]float32, V)
 	err = RunBatch(m, reqs, func(i int, out Output) error {
+		if err := opt.stopped(); err != nil {
+			return err
+		}
 		if i >= b.Windows() {
 			g.check(b.Greedy[i-b.Windows()], out.Logits, V)
 			return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -95,7 +96,7 @@ disjoint from the calibration corpus).`,
 			if err := ef.check(true); err != nil {
 				return err
 			}
-			r, err := runEval(&ef)
+			r, err := runEval(cmd.Context(), &ef)
 			if err != nil {
 				return err
 			}
@@ -110,8 +111,10 @@ disjoint from the calibration corpus).`,
 	rootCmd.AddCommand(cmd)
 }
 
-// runEval scores ef.model (or ef.export) against ef.base.
-func runEval(ef *evalFlags) (*eval.Result, error) {
+// runEval scores ef.model (or ef.export) against ef.base; a cancelled ctx
+// stops it.
+func runEval(ctx context.Context, ef *evalFlags) (*eval.Result, error) {
+	ef.opt.Context = ctx
 	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
 	if ef.export != "" { // ONNX Runtime's library is read too
 		if lib, err := ortrun.FindORTLib(ef.ortLib); err == nil {

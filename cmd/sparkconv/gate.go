@@ -62,7 +62,7 @@ func (g *gateFlags) evaluate(cmd *cobra.Command, r *convert.Report, model, out s
 	if g.text != builtinText {
 		ef.samples = g.text
 	}
-	res, err := runEval(&ef)
+	res, err := runEval(cmd.Context(), &ef)
 	if err != nil {
 		return nil, fmt.Errorf("--eval: %w", err)
 	}

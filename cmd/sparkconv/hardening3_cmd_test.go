@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // markerName is outdir.MarkerName, spelled out so these tests build on
@@ -152,4 +154,155 @@ func TestHFCacheBlobsAreInputs(t *testing.T) {
 	}
 	expect(t, 2, []string{"contains the input " + snap + "/", " (a link to " + blobs + "/"}, "export-onnx", "--model", snap, "--out", blobs, "--force")
 	equalTrees(t, before, tree(t, blobs))
+}
+
+// smallModel generates the small fixture (8 layers, hidden 512): eval on
+// it runs for seconds, long enough to be interrupted.
+func smallModel(t *testing.T) string {
+	t.Helper()
+	m := filepath.Join(t.TempDir(), "s")
+	mustRun(t, "fixture", "--preset", "small", "--out", m)
+	return m
+}
+
+// started is a sparkconv process running in the background.
+type started struct {
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+}
+
+func start(t *testing.T, env []string, args ...string) *started {
+	t.Helper()
+	s := &started{cmd: exec.Command(binPath, args...)}
+	s.cmd.Env = append(os.Environ(), env...)
+	s.cmd.Stderr = &s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.cmd.Process.Kill(); s.cmd.Wait() })
+	return s
+}
+
+// waitGlob waits until pattern matches a path (false after limit).
+func waitGlob(pattern string, limit time.Duration) bool {
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// exit waits for the process and returns its exit status (-1: killed by
+// a signal).
+func (s *started) exit(t *testing.T) int {
+	t.Helper()
+	err := s.cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// TestSignalsWriteNothing: cases 11 and 31. eval and forward stop at
+// SIGINT or SIGTERM like every other command: exit 130, and nothing
+// (--report, --base-logits, --dump) moved into place after the signal; a
+// second SIGTERM exits 130 too, after removing the temporary output.
+func TestSignalsWriteNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs eval on the small fixture")
+	}
+	m := smallModel(t)
+	build := filepath.Join(t.TempDir(), "b")
+	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", build)
+	ids := strings.Repeat("7,", 1999) + "7"
+	for _, c := range []struct {
+		name    string
+		args    []string
+		sigs    []syscall.Signal
+		waitFor string // a temporary file of the output being written
+	}{
+		{"eval SIGINT", []string{"eval", "--base", m, "--model", build, "--report", "OUT/r.html", "--base-logits", "OUT/base.st"}, []syscall.Signal{syscall.SIGINT}, ".base.st.sparkconv-tmp-*"},
+		{"eval SIGTERM", []string{"eval", "--base", m, "--model", build, "--report", "OUT/r.html", "--base-logits", "OUT/base.st"}, []syscall.Signal{syscall.SIGTERM}, ".base.st.sparkconv-tmp-*"},
+		{"forward SIGINT", []string{"forward", "--model", m, "--ids", ids, "--dump", "OUT/d.st"}, []syscall.Signal{syscall.SIGINT}, ".d.st.sparkconv-tmp-*"},
+		{"fixture SIGTERM twice", []string{"fixture", "--preset", "small", "--out", "OUT/f"}, []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM}, ".f.sparkconv-tmp-*/model.safetensors"},
+		{"w8a8 SIGINT twice", []string{"w8a8", "--model", m, "--out", "OUT/w"}, []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, ".w.sparkconv-tmp-*"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			args := make([]string, len(c.args))
+			for i, a := range c.args {
+				args[i] = strings.ReplaceAll(a, "OUT", out)
+			}
+			p := start(t, nil, args...)
+			if !waitGlob(filepath.Join(out, c.waitFor), time.Minute) {
+				t.Fatalf("%s never appeared: %s", c.waitFor, p.stderr.String())
+			}
+			for _, sig := range c.sigs {
+				p.cmd.Process.Signal(sig)
+			}
+			if code := p.exit(t); code != 130 {
+				t.Errorf("exit %d after %v, want 130: %s", code, c.sigs, p.stderr.String())
+			}
+			if got := names(t, out); len(got) != 0 {
+				t.Errorf("written after the signal: %v", got)
+			}
+		})
+	}
+}
+
+// names lists a folder's entries.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestEvalTempBaseSwept: case 5. eval's temporary base file (no
+// --base-logits) is removed by the next eval when a SIGKILL left it, and
+// at an interrupt.
+func TestEvalTempBaseSwept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs eval on the small fixture")
+	}
+	m := smallModel(t)
+	build := filepath.Join(t.TempDir(), "b")
+	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", build)
+	tmp := t.TempDir()
+	env := []string{"TMPDIR=" + tmp}
+	p := start(t, env, "eval", "--base", m, "--model", build)
+	if !waitGlob(filepath.Join(tmp, "*", ".*sparkconv-tmp-*"), time.Minute) && !waitGlob(filepath.Join(tmp, ".*sparkconv-tmp-*"), time.Second) {
+		t.Fatalf("no temporary base file in %s: %v", tmp, names(t, tmp))
+	}
+	p.cmd.Process.Kill()
+	p.exit(t)
+	if len(names(t, tmp)) == 0 {
+		t.Fatal("nothing left by SIGKILL: the test proves nothing")
+	}
+	tiny := tinyModel(t)
+	if _, errOut, code := runEnv(t, env, "eval", "--base", tiny, "--model", tiny, "--ctx", "64", "--greedy", "0"); code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, errOut)
+	}
+	if got := names(t, tmp); len(got) != 0 {
+		t.Errorf("left in $TMPDIR after the next eval: %v", got)
+	}
+	p = start(t, env, "eval", "--base", m, "--model", build)
+	waitGlob(filepath.Join(tmp, "*", ".*sparkconv-tmp-*"), time.Minute)
+	p.cmd.Process.Signal(syscall.SIGINT)
+	if code := p.exit(t); code != 130 {
+		t.Errorf("exit %d after SIGINT: %s", code, p.stderr.String())
+	}
+	if got := names(t, tmp); len(got) != 0 {
+		t.Errorf("left in $TMPDIR after SIGINT: %v", got)
+	}
 }
