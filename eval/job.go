@@ -97,12 +97,13 @@ func openForward(dir string) func() (Model, func(), error) {
 
 // text reads the evaluation text the job names.
 func (j Job) text(vocab int) (*Text, error) {
-	if j.IDs != "" {
-		data, err := infile.ReadFile(j.IDs, infile.TextMax)
+	if j.IDs != "" { // streamed: MaxTokens ids at most are ever held
+		f, _, err := infile.OpenCapped(j.IDs, infile.TextMax)
 		if err != nil {
 			return nil, err
 		}
-		return ParseIDs(data, j.IDs, vocab, promptLen)
+		defer f.Close()
+		return ReadIDs(f, j.IDs, vocab, promptLen)
 	}
 	tok, err := tokenizer.Load(filepath.Join(j.Base, "tokenizer.json"))
 	if err != nil {
@@ -111,7 +112,7 @@ func (j Job) text(vocab int) (*Text, error) {
 	if j.Samples == "" {
 		return TextFromSamples([]byte(corpus.HeldOut), corpus.HeldOutName, false, tok, promptLen)
 	}
-	data, err := infile.ReadFile(j.Samples, infile.TextMax)
+	data, err := infile.ReadFile(j.Samples, infile.EvalTextMax)
 	if err != nil {
 		return nil, err
 	}

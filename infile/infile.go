@@ -18,12 +18,18 @@ import (
 // Caps on JSON inputs: far above any real file, far below what would
 // exhaust memory.
 const (
-	ConfigMax    = 4 << 20   // config.json, generation_config.json (real: ~2 KB)
-	IndexMax     = 64 << 20  // model.safetensors.index.json (real: ~30 KB to ~2 MB)
-	TokenizerMax = 512 << 20 // tokenizer.json (real: 2 to 30 MB)
-	ManifestMax  = 64 << 20  // an export's manifest.json
-	TextMax      = 1 << 30   // samples text and token-id files (real: KB to a few hundred MB)
-	CPUInfoMax   = 16 << 20  // a /proc/cpuinfo text (real: ~1 KB per core)
+	ConfigMax    = 4 << 20  // config.json, generation_config.json (real: ~2 KB)
+	IndexMax     = 64 << 20 // model.safetensors.index.json (real: ~30 KB to ~2 MB)
+	TokenizerMax = 64 << 20 // tokenizer.json (real: 2 to 33 MB; parsing costs ~10x its size)
+	ManifestMax  = 64 << 20 // an export's manifest.json
+	TextMax      = 1 << 30  // samples text and token-id files, streamed (real: KB to a few hundred MB)
+	CPUInfoMax   = 16 << 20 // a /proc/cpuinfo text (real: ~1 KB per core)
+	// EvalTextMax caps eval's --samples text, which is tokenized in one
+	// piece (the samples joined, as llama.cpp tokenizes its file):
+	// splitting it would change the tokens at the joins, so streaming
+	// cannot bound the tokenizer's memory (~50 bytes a byte of text). It
+	// holds several times the token cap of eval (eval.MaxTokens).
+	EvalTextMax = 16 << 20
 )
 
 // Open opens path for reading. It refuses anything but a regular file
@@ -79,6 +85,24 @@ func ReadFile(path string, max int64) ([]byte, error) {
 	return data, err
 }
 
+// OpenCapped is Open for a file streamed by its reader: one larger than
+// max bytes is refused before anything is read, as ReadFile refuses it.
+func OpenCapped(path string, max int64) (*os.File, os.FileInfo, error) {
+	f, st, err := Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Size() > max {
+		f.Close()
+		return nil, nil, tooLarge(path, st.Size(), max)
+	}
+	return f, st, nil
+}
+
+func tooLarge(path string, size, max int64) error {
+	return fmt.Errorf("%s: %d bytes, larger than the %s any real file of its kind needs", path, size, human(max))
+}
+
 // ReadStamped is ReadFile that also returns the file's Stamp.
 func ReadStamped(path string, max int64) ([]byte, Stamp, error) {
 	f, st, err := Open(path)
@@ -87,7 +111,7 @@ func ReadStamped(path string, max int64) ([]byte, Stamp, error) {
 	}
 	defer f.Close()
 	if st.Size() > max {
-		return nil, Stamp{}, fmt.Errorf("%s: %d bytes, larger than the %s any real file of its kind needs", path, st.Size(), human(max))
+		return nil, Stamp{}, tooLarge(path, st.Size(), max)
 	}
 	// One buffer of the stated size (plus one byte to see growth): no
 	// doubling copies, so a file near the cap costs its size in memory.

@@ -1,8 +1,6 @@
 package outdir
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,12 +25,12 @@ const markerMaxBytes = 4096
 // build's --force never replaces one, since a model is an input.
 const FixtureCommand = "fixture"
 
-// marker is the content of MarkerName: the format, the command that wrote
-// the folder and a random id of this one output.
+// marker is the content of MarkerName: the format and the command that
+// wrote the folder. It holds nothing that varies run to run (no time, no
+// random id), so the same command still writes byte-identical folders.
 type marker struct {
 	Format  string `json:"format"`
 	Command string `json:"command"`
-	ID      string `json:"id"`
 }
 
 var program = struct {
@@ -50,12 +48,8 @@ func SetCommand(name string) {
 
 // writeMarker writes MarkerName into dir (a folder being built).
 func writeMarker(dir string) error {
-	id := make([]byte, 16)
-	if _, err := rand.Read(id); err != nil {
-		return err
-	}
 	program.Lock()
-	m := marker{Format: markerFormat, Command: program.command, ID: hex.EncodeToString(id)}
+	m := marker{Format: markerFormat, Command: program.command}
 	program.Unlock()
 	data, err := json.Marshal(m)
 	if err != nil {
@@ -91,7 +85,7 @@ func readMarker(dir string) (marker, error) {
 	if err != nil {
 		return m, err
 	}
-	if json.Unmarshal(data, &m) != nil || m.Format != markerFormat || m.Command == "" || len(m.ID) != 32 {
+	if json.Unmarshal(data, &m) != nil || m.Format != markerFormat || m.Command == "" {
 		return m, fmt.Errorf("its %s is not a marker sparkconv writes", MarkerName)
 	}
 	return m, nil

@@ -41,7 +41,7 @@ func (e *evalFlags) register(cmd *cobra.Command) {
 	f.IntVar(&e.threads, "threads", 1, "with --export: ONNX Runtime intra-op threads (0: its default); one decode step is small, so 1 is fastest on small models")
 	freeForm(cmd, "base", "model", "samples", "ids", "base-logits", "report", "export", "ort-lib")
 	intIn(cmd, "threads", 0, 1024)
-	intIn(cmd, "ctx", 4, spark.MaxPositions)
+	intIn(cmd, "ctx", 4, spark.MaxContext).why(spark.MaxContextWhy)
 	intIn(cmd, "greedy", 0, 1<<16)
 	intIn(cmd, "gen-tokens", 1, 1<<20)
 }

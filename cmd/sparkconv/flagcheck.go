@@ -44,6 +44,12 @@ type flagRule struct {
 // unset marks the flag's default as a "not given" marker.
 func (r *flagRule) unset() *flagRule { r.isUnset = true; return r }
 
+// why adds the reason for the rule's bounds to what it says it wants.
+func (r *flagRule) why(reason string) *flagRule {
+	r.want += " (" + reason + ")"
+	return r
+}
+
 var flagRules = map[*pflag.Flag]*flagRule{}
 
 func addRule(cmd *cobra.Command, name string, r *flagRule) *flagRule {
@@ -61,7 +67,7 @@ func intIn(cmd *cobra.Command, name string, lo, hi int64) *flagRule {
 	r.check = func(s string) error {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || v < lo || v > hi {
-			return errors.New(r.want)
+			return errors.New(r.want) // read when called: why() may extend it
 		}
 		return nil
 	}

@@ -129,8 +129,8 @@ func TestGoldenOutputs(t *testing.T) {
 		files := map[string]string{}
 		for _, root := range []string{out, dir} {
 			filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
-				// The output marker's id is each output's own
-				// (TestOutputMarker checks it).
+				// The output marker, the same bytes in every folder of
+				// a command, is checked by TestSavedJSONOwnsNothing.
 				if err == nil && !e.IsDir() && e.Name() != outdir.MarkerName {
 					rel, _ := filepath.Rel(root, p)
 					files[rel] = goldenHash(t, p, tmp)

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"sparkconv/outdir"
 )
 
 var binPath string
@@ -62,13 +60,12 @@ func mustRun(t *testing.T, args ...string) string {
 }
 
 // tree hashes every file under dir (relative name -> sha256), skipping
-// the report, whose timings and peak memory differ run to run, and the
-// output marker, whose id is each output's own.
+// the report, whose timings and peak memory differ run to run.
 func tree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	sums := map[string]string{}
 	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() || e.Name() == "sparkconv-report.json" || e.Name() == outdir.MarkerName {
+		if err != nil || e.IsDir() || e.Name() == "sparkconv-report.json" {
 			return err
 		}
 		b, _ := os.ReadFile(p)
