@@ -27,8 +27,9 @@ const (
 	// EvalTextMax caps eval's --samples text, which is tokenized in one
 	// piece (the samples joined, as llama.cpp tokenizes its file):
 	// splitting it would change the tokens at the joins, so streaming
-	// cannot bound the tokenizer's memory (~50 bytes a byte of text). It
-	// holds several times the token cap of eval (eval.MaxTokens).
+	// cannot bound the tokenizer's memory (up to ~35 bytes a byte of
+	// text). 16 MiB give 4 to 10 million tokens, more than eval's cap of
+	// 2^21 (eval.MaxTokens) on every tokenizer tried.
 	EvalTextMax = 16 << 20
 )
 

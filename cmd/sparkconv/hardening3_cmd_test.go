@@ -5,12 +5,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -304,5 +307,196 @@ func TestEvalTempBaseSwept(t *testing.T) {
 	}
 	if got := names(t, tmp); len(got) != 0 {
 		t.Errorf("left in $TMPDIR after SIGINT: %v", got)
+	}
+}
+
+// runRSS is runWithin that also returns the command's peak resident
+// memory in MiB (VmHWM, read from /proc every few milliseconds while it
+// runs: the rusage of a child Go starts counts the test binary's memory
+// too, as the kernel keeps the high-water mark across the exec).
+func runRSS(t *testing.T, limit time.Duration, args ...string) (string, int, int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var peak atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+		for {
+			if b, err := os.ReadFile(status); err == nil {
+				for _, line := range strings.Split(string(b), "\n") {
+					if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+						var kb int64
+						fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+						peak.Store(max(peak.Load(), kb>>10))
+					}
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	if ctx.Err() != nil {
+		t.Fatalf("sparkconv %s: still running after %s (killed)", strings.Join(args, " "), limit)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stderr.String(), code, peak.Load()
+}
+
+// sparse makes a file of size bytes that takes no disk.
+func sparse(t *testing.T, dir, name string, size int64) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(size)
+	f.Close()
+	return p
+}
+
+// variedText writes about size bytes of calibration samples drawn from
+// the corpus (spans of 20 to 400 words), separated by --- lines.
+func variedText(t *testing.T, dir, name string, size int) string {
+	t.Helper()
+	corpus, err := os.ReadFile("../../fixtures/corpus/calib.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := strings.Fields(string(corpus))
+	var b bytes.Buffer
+	for i := 0; b.Len() < size; i++ {
+		if i > 0 {
+			b.WriteString("\n---\n")
+		}
+		n := 20 + (i*7919)%381
+		s := (i * 104729) % (len(words) - n)
+		b.WriteString(strings.Join(words[s:s+n], " "))
+	}
+	return writeFile(t, dir, name, b.String())
+}
+
+// TestEvalTextCaps: cases 6 and 7. eval's text is capped at 2^21 tokens,
+// applied while reading: an --ids file past it is refused at the first id
+// over (whatever the file's size, never held whole), a --samples text over
+// 16 MiB is refused before it is read, and one under it that gives more
+// tokens than the cap is refused before any forward. Each in seconds and
+// well under 2 GB.
+func TestEvalTextCaps(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	var ids bytes.Buffer
+	for i := 0; ids.Len() < 40<<20; i++ { // 40 MB: 10 million ids
+		ids.WriteString("17 301 5 ")
+	}
+	over := writeFile(t, dir, "ids.txt", ids.String())
+	words := variedText(t, dir, "words.txt", 12<<20)
+	for _, c := range []struct {
+		name  string
+		args  []string
+		want  string
+		maxMB int64
+	}{
+		{"ids over the cap", []string{"--ids", over}, over + ": more than 2097152 tokens; eval scores at most 2097152", 300},
+		{"ids file over 1 GiB", []string{"--ids", sparse(t, dir, "huge-ids.txt", 1<<30+1)}, "1073741825 bytes, larger than the 1 GiB any real file of its kind needs", 100},
+		{"samples over 16 MiB", []string{"--samples", sparse(t, dir, "huge.txt", 16<<20+1)}, "16777217 bytes, larger than the 16 MiB any real file of its kind needs", 100},
+		{"samples over the token cap", []string{"--samples", words}, words + ": more than 2097152 tokens", 1500},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			errOut, code, rss := runRSS(t, time.Minute, append([]string{"eval", "--base", m, "--model", m}, c.args...)...)
+			if code != 1 || !strings.Contains(errOut, c.want) || rss > c.maxMB {
+				t.Errorf("exit %d, peak %d MiB (at most %d): %s", code, rss, c.maxMB, errOut)
+			}
+		})
+	}
+}
+
+// TestTokenizerCaps: case 9. A tokenizer.json over 64 MiB is refused
+// before it is read, one with a vocabulary over 2^20 tokens while it is
+// parsed, by every command that reads it.
+func TestTokenizerCaps(t *testing.T) {
+	m := tinyModel(t)
+	big := filepath.Join(t.TempDir(), "big")
+	copyDir(t, m, big)
+	sparse(t, big, "tokenizer.json", 64<<20+1) // an object's opening brace, then NUL bytes
+	if f, err := os.OpenFile(filepath.Join(big, "tokenizer.json"), os.O_WRONLY, 0); err == nil {
+		f.Write([]byte("{"))
+		f.Close()
+	}
+	vocab := filepath.Join(t.TempDir(), "vocab")
+	copyDir(t, m, vocab)
+	var b bytes.Buffer
+	b.WriteString(`{"version": "1.0", "model": {"type": "BPE", "merges": [], "vocab": {`)
+	for i := 0; i <= 1<<20; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"t%d":%d`, i, i)
+	}
+	b.WriteString("}}}")
+	writeFile(t, vocab, "tokenizer.json", b.String())
+	for _, c := range []struct{ dir, want string }{
+		{big, "67108865 bytes, larger than the 64 MiB any real file of its kind needs"},
+		{vocab, "vocab: more than 1048576 tokens: no model's vocabulary is that large"},
+	} {
+		for _, cmd := range [][]string{
+			{"forward", "--model", c.dir, "--text", "hello"},
+			{"eval", "--base", c.dir, "--model", c.dir},
+			{"w8a8", "--model", c.dir, "--out", filepath.Join(t.TempDir(), "o")},
+		} {
+			errOut, code, rss := runRSS(t, time.Minute, cmd...)
+			if code != 1 || !strings.Contains(errOut, c.want) || rss > 600 {
+				t.Errorf("%s: exit %d, peak %d MiB: %s", strings.Join(cmd, " "), code, rss, errOut)
+			}
+		}
+	}
+}
+
+// TestContextCaps: case 10. export-onnx --context and eval --ctx stop at
+// 32768 with the reason (exit 2), before anything is read.
+func TestContextCaps(t *testing.T) {
+	m := tinyModel(t)
+	why := "(no deployment needs more: AI Hub's LLM exports use 4096"
+	expect(t, 2, []string{"--context 1048576: want an integer in [2, 32768] " + why}, "export-onnx", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--context", "1048576")
+	expect(t, 2, []string{"--context 32769: want an integer in [2, 32768]"}, "export-onnx", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--context", "32769")
+	expect(t, 2, []string{"--ctx 32769: want an integer in [4, 32768] " + why}, "eval", "--base", m, "--model", m, "--ctx", "32769")
+}
+
+// TestCalibrationTextBounded: case 8. The calibrating commands apply their
+// token budget while reading --samples: 24 MB of text with a budget of 512
+// tokens costs no more memory than the model (the whole text tokenized
+// once cost 13-20 times the text), and selects what the whole text's
+// selection did (the goldens and gptq's TestReadChunksStreamed).
+func TestCalibrationTextBounded(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	text := variedText(t, dir, "big.txt", 24<<20)
+	for _, cmd := range [][]string{
+		{"w8a8", "--model", m, "--out", filepath.Join(dir, "w"), "--samples", text, "--tokens", "512"},
+		{"w8a8", "--model", m, "--out", filepath.Join(dir, "k"), "--samples", text, "--tokens", "512", "--keep-float", "1"},
+		{"rotate", "--model", m, "--out", filepath.Join(dir, "r"), "--samples", text, "--smooth-down", "auto"},
+	} {
+		errOut, code, rss := runRSS(t, 2*time.Minute, cmd...)
+		if code != 0 || rss > 250 {
+			t.Errorf("%s: exit %d, peak %d MiB (at most 250): %s", strings.Join(cmd[:1], " "), code, rss, errOut)
+		}
 	}
 }
