@@ -65,4 +65,3 @@ func TestHessian(t *testing.T) {
 		})
 	}
 }
-
