@@ -129,6 +129,9 @@ func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 		"format": baseFormat, "ctx": strconv.Itoa(opt.Ctx), "vocab": strconv.Itoa(V),
 		"base": base.Describe(), "source": text.Source,
 	}
+	if opt.BaseID != "" {
+		meta["base_sha256"] = opt.BaseID
+	}
 	return safetensors.WriteFile(out, tensors, safetensors.WriteOptions{Metadata: meta})
 }
 
@@ -237,6 +240,12 @@ func (b *BaseLogits) load(text *Text, opt Options, vocab int) error {
 	b.Base, b.Source = md["base"], md["source"]
 	stale := func(what string) error {
 		return fmt.Errorf("made for %s; delete it or give another path to recompute the base", what)
+	}
+	if got := md["base_sha256"]; opt.BaseID != "" && got != opt.BaseID {
+		if got == "" {
+			got = "not recorded"
+		}
+		return stale(fmt.Sprintf("another base model (%s, sha256 of its config.json and weights %s; this base's is %s)", b.Base, got, opt.BaseID))
 	}
 	if b.Ctx != opt.Ctx {
 		return stale(fmt.Sprintf("--ctx %d, not %d", b.Ctx, opt.Ctx))

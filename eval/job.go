@@ -1,7 +1,11 @@
 package eval
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -39,20 +43,29 @@ func Run(j Job, inputs ...string) (*Result, error) {
 	if err := j.Options.Check(); err != nil {
 		return nil, err
 	}
-	cfg, err := spark.LoadConfig(j.Base)
+	cfg, text, err := j.check()
 	if err != nil {
 		return nil, err
 	}
-	text, err := j.text(cfg.VocabSize)
+	// Every file the models are read from, stamped now and checked before
+	// any result is given: a shard rewritten meanwhile mixes two models.
+	stamps, err := infile.StampFolder(j.Base)
 	if err != nil {
 		return nil, err
 	}
-	if text.Windows(j.Ctx) == 0 {
-		return nil, fmt.Errorf("%s gives %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), j.Ctx)
+	if st, err := os.Stat(j.Build); err == nil && st.IsDir() {
+		more, err := infile.StampFolder(j.Build)
+		if err != nil {
+			return nil, err
+		}
+		stamps = append(stamps, more...)
 	}
 	windows := int64(text.Windows(j.Ctx))
 	bar := progress.New(windows, "eval base", false)
 	opt := j.Options
+	if opt.BaseID, err = baseID(j.Base); err != nil {
+		return nil, err
+	}
 	opt.Progress = func(n int) { bar.Add(int64(n)) }
 	b, done, err := EnsureBase(j.BaseLogits, openForward(j.Base), text, opt, cfg.VocabSize, append(inputs, j.Report)...)
 	bar.Done(true)
@@ -76,12 +89,69 @@ func Run(j Job, inputs ...string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := infile.CheckAll(stamps); err != nil {
+		return nil, err
+	}
 	if j.Report != "" {
 		if err := WriteReport(j.Report, r, j.Build, j.Force, append(inputs, j.BaseLogits)...); err != nil {
 			return nil, fmt.Errorf("--report: %w", err)
 		}
 	}
 	return r, nil
+}
+
+// Check reads and checks the job's config and text as Run does, without
+// running anything: what a build's --eval=FILE checks before the build.
+func (j Job) Check() error {
+	if err := j.Options.Check(); err != nil {
+		return err
+	}
+	_, _, err := j.check()
+	return err
+}
+
+// check reads the base's config and the text, which must hold a window.
+func (j Job) check() (*spark.Config, *Text, error) {
+	cfg, err := spark.LoadConfig(j.Base)
+	if err != nil {
+		return nil, nil, err
+	}
+	text, err := j.text(cfg.VocabSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	if text.Windows(j.Ctx) == 0 {
+		return nil, nil, fmt.Errorf("%s gives %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), j.Ctx)
+	}
+	return cfg, text, nil
+}
+
+// baseID is the sha256 of what the base model is: its config.json and
+// weight files (names, sizes and bytes, in name order), recorded in the
+// base file so that a file made from another base is never reused.
+func baseID(dir string) (string, error) {
+	stamps, err := infile.StampFolder(dir)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, s := range stamps { // os.ReadDir's order: by name
+		name := filepath.Base(s.Path)
+		if name != "config.json" && !strings.HasSuffix(name, ".safetensors") {
+			continue
+		}
+		f, _, err := infile.Open(s.Path)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", name, s.Size)
+		_, err = io.Copy(h, f)
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", s.Path, err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // openForward opens dir through the reference forward, as a Model.

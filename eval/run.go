@@ -17,6 +17,10 @@ type Options struct {
 	Prompts   int  // greedy prompts (at most one per sample); 0 skips the test
 	GenTokens int  // greedy tokens generated per prompt (32)
 	Force     bool // recompute the base file even when it exists
+	// BaseID identifies the base model (sha256 of its config and
+	// weights): recorded in the base file, and a file made for another is
+	// refused ("": not checked).
+	BaseID string
 	// Progress, when set, is called with 1 after each window computed
 	// (windows run in batches, so it moves a batch at a time).
 	Progress func(n int)

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -206,6 +208,42 @@ func (s Stamp) compare(st os.FileInfo) error {
 		return fmt.Errorf("%s: %w (size %d -> %d bytes); nothing written, run again", s.Path, ErrChanged, s.Size, now.Size)
 	case !now.ModTime.Equal(s.ModTime):
 		return fmt.Errorf("%s: %w (modified at %s); nothing written, run again", s.Path, ErrChanged, now.ModTime.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// StampFolder stamps what a model is read from in the folder dir: each
+// regular file at its top level (a link followed) whose name ends in .json
+// or .safetensors. CheckAll then tells whether any changed since.
+func StampFolder(dir string) ([]Stamp, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Stamp
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") && !strings.HasSuffix(name, ".safetensors") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if st.Mode().IsRegular() {
+			out = append(out, StampOf(p, st))
+		}
+	}
+	return out, nil
+}
+
+// CheckAll is Check of every stamp: the first change's error.
+func CheckAll(stamps []Stamp) error {
+	for _, s := range stamps {
+		if err := s.Check(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

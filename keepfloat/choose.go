@@ -58,6 +58,10 @@ type Measured struct {
 // record, and every unit's cost (costliest first).
 func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []Measured, error) {
 	t0 := time.Now()
+	stamps, err := infile.StampFolder(dir)
+	if err != nil {
+		return nil, nil, err
+	}
 	sm, err := spark.Open(dir)
 	if err != nil {
 		return nil, nil, err
@@ -98,7 +102,7 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 		}
 	}
 	slices.SortStableFunc(all, func(a, b Measured) int { return -cmpFloat(a.KLD, b.KLD) })
-	keep := &convert.KeepFloat{}
+	keep := &convert.KeepFloat{Stamps: stamps}
 	kept := []map[string]any{}
 	for _, x := range all[:o.Count] {
 		keep.Units = append(keep.Units, x.Unit)
@@ -115,7 +119,6 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 		"measured":  kept,
 		"calibration": map[string]any{"sources": sources, "sha256": sum, "tokens": tokens, "chunk_len": ChunkLen,
 			"scored_positions": r.scored, "score_stride": ScoreStride},
-		"seconds": math.Round(time.Since(t0).Seconds()*10) / 10,
 	}
 	r = nil
 	debug.FreeOSMemory() // the float32 layers go before the conversion starts

@@ -83,6 +83,9 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.HeldOut == 0 {
 		o.HeldOut = min(DefaultHeldOut, man.Context)
 	}
+	if o.Observe > man.Context { // as --held-out: refused, never lowered
+		return nil, fmt.Errorf("--observe %d: the export's context holds %d positions", o.Observe, man.Context)
+	}
 	tok, unk, err := calib.LoadTokenizer(o.Model)
 	if err != nil {
 		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)

@@ -96,6 +96,9 @@ disjoint from the calibration corpus).`,
 			if err := ef.check(true); err != nil {
 				return err
 			}
+			if err := onlyWith(cmd, ef.export != "", "--export", "ort-lib", "threads"); err != nil {
+				return err
+			}
 			r, err := runEval(cmd.Context(), &ef)
 			if err != nil {
 				return err

@@ -111,6 +111,9 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	if err := outdir.CheckDisjoint(o.Out, o.Model, o.Export, o.Samples, o.HeldOutSamples, o.ORTLib); err != nil {
 		return err
 	}
+	if o.Samples != "" {
+		warnSameText(cmd, "--held-out-samples", o.HeldOutSamples, []string{o.Samples})
+	}
 	b, err := qnnbundle.Build(cmd.Context(), o)
 	if errors.Is(err, qnnbundle.ErrRefused) {
 		b.WriteSummary(cmd.ErrOrStderr(), f.Out, time.Since(start), false)
