@@ -125,6 +125,9 @@ func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 	if len(prompts) > 0 {
 		tensors = append(tensors, i64Tensor("prompts", prompts), i64Tensor("greedy", greedy))
 	}
+	if opt.Unchanged != nil {
+		out.Guard(opt.Unchanged)
+	}
 	meta := map[string]string{
 		"format": baseFormat, "ctx": strconv.Itoa(opt.Ctx), "vocab": strconv.Itoa(V),
 		"base": base.Describe(), "source": text.Source,

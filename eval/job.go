@@ -66,6 +66,7 @@ func Run(j Job, inputs ...string) (*Result, error) {
 	if opt.BaseID, err = baseID(j.Base); err != nil {
 		return nil, err
 	}
+	opt.Unchanged = func() error { return infile.CheckAll(stamps) }
 	opt.Progress = func(n int) { bar.Add(int64(n)) }
 	b, done, err := EnsureBase(j.BaseLogits, openForward(j.Base), text, opt, cfg.VocabSize, append(inputs, j.Report)...)
 	bar.Done(true)

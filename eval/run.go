@@ -21,6 +21,10 @@ type Options struct {
 	// weights): recorded in the base file, and a file made for another is
 	// refused ("": not checked).
 	BaseID string
+	// Unchanged, when set, is called once the base file is computed and
+	// before it is moved into place: an error (the base model's files
+	// changed) keeps it from being written.
+	Unchanged func() error
 	// Progress, when set, is called with 1 after each window computed
 	// (windows run in batches, so it moves a batch at a time).
 	Progress func(n int)

@@ -17,7 +17,12 @@ type File struct {
 	target string
 	force  bool
 	owner  Owner
+	guard  func() error
 }
+
+// Guard sets a check run once the file is complete, before it is moved
+// into place: its error (an input changed meanwhile) leaves nothing.
+func (f *File) Guard(check func() error) { f.guard = check }
 
 // NewFile checks that target may be written and returns it to be written
 // later: it must not be, lie inside or contain any of inputs, its parent
@@ -133,6 +138,13 @@ func (p *Pending) Commit() error {
 	err := p.tmp.Chmod(0o644 &^ Umask())
 	if err == nil {
 		err = p.tmp.Sync()
+	}
+	if err == nil && p.f.guard != nil {
+		if err = p.f.guard(); err != nil {
+			p.tmp.Close()
+			os.Remove(name)
+			return err // the guard's error names what changed
+		}
 	}
 	if err == nil {
 		err = p.f.place(name) // still locked: a sweeper leaves it alone

@@ -500,3 +500,297 @@ func TestCalibrationTextBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedBeforeWriting: cases 14-17, 20, 23, 24 and 26. Each input
+// is refused by name, with the exit status the README gives, and nothing
+// is written.
+func TestRefusedBeforeWriting(t *testing.T) {
+	requireORT(t)
+	m := tinyModel(t)
+	dir := t.TempDir()
+	ex := filepath.Join(dir, "ex")
+	mustRun(t, "export-onnx", "--model", m, "--out", ex)
+	rotated := filepath.Join(dir, "rot")
+	mustRun(t, "rotate", "--model", m, "--out", rotated)
+	nul := writeFile(t, dir, "nul.txt", "fine text\n---\nbad \x00 text\n")
+	huge := filepath.Join(dir, "huge") // bf16 max in a down_proj: rotating sums past it
+	copyDir(t, m, huge)
+	pokeTensor(t, huge, "model.layers.1.mlp.down_proj.weight", []byte{0x7f, 0x7f})
+	big := filepath.Join(dir, "big") // weights of 1e6 (bf16 0x4974): a 4-bit scale of 133333
+	copyDir(t, m, big)
+	pokeTensor(t, big, "model.layers.2.mlp.up_proj.weight", []byte{0x74, 0x49})
+	both := filepath.Join(dir, "both") // two shards and an index, and a model.safetensors
+	mustRun(t, "fixture", "--out", both, "--shards", "2")
+	os.Remove(filepath.Join(both, markerName))
+	single, _ := os.ReadFile(filepath.Join(m, "model.safetensors"))
+	writeFile(t, both, "model.safetensors", string(single))
+	trailing := filepath.Join(dir, "trailing")
+	mustRun(t, "fixture", "--out", trailing, "--shards", "2")
+	idx, _ := os.ReadFile(filepath.Join(trailing, "model.safetensors.index.json"))
+	writeFile(t, trailing, "model.safetensors.index.json", string(idx)+`{"weight_map": {}}`)
+	out := filepath.Join(dir, "out")
+	for _, c := range []struct {
+		name string
+		code int
+		want string
+		args []string
+	}{
+		{"14 --eval text checked first", 1, "--eval: " + nul + ": sample 2 (line 3) holds a NUL byte", []string{"w8a8", "--rtn", "--model", m, "--out", out, "--eval=" + nul}},
+		{"15 rotation past bf16", 1, `rotating model.layers.1.mlp.down_proj.weight: tensor "model.layers.1.mlp.down_proj.weight" holds Inf at flat index`, []string{"rotate", "--model", huge, "--out", out, "--smooth-down", "0"}},
+		{"16 gptq scale past float16", 1, "model.layers.2.mlp.up_proj.weight: its largest weight, 9.994e+05, needs a scale of 1.333e+05, beyond float16's 65504", []string{"gptq", "--rtn", "--model", big, "--out", out}},
+		{"17 rotating a rotated model", 1, rotated + " is already rotated (config.json records sparkconv_rotation = {", []string{"rotate", "--model", rotated, "--out", out}},
+		{"20 --observe past the context", 1, "--observe 2000: the export's context holds 1024 positions", []string{"qnn-bundle", "--model", m, "--export", ex, "--out", out, "--observe", "2000"}},
+		{"23 --eval=", 2, `--eval "": want a path or text, not empty (leave the flag out for its default)`, []string{"w8a8", "--rtn", "--model", m, "--out", out, "--eval="}},
+		{"23 --samples ''", 2, `--samples "": want a path or text, not empty`, []string{"eval", "--base", m, "--model", m, "--samples", ""}},
+		{"24 eval --ort-lib without --export", 2, "--ort-lib applies only with --export; without it the value would be ignored", []string{"eval", "--base", m, "--model", m, "--ort-lib", filepath.Join(dir, "missing.so")}},
+		{"24 rotate --samples without smoothing", 2, "--samples applies only with --smooth-down (0 turns smoothing off)", []string{"rotate", "--model", m, "--out", out, "--smooth-down", "0", "--samples", filepath.Join(dir, "missing.txt")}},
+		{"26 model.safetensors beside an index", 1, both + " holds both model.safetensors and model.safetensors.index.json naming other shards", []string{"w8a8", "--rtn", "--model", both, "--out", out}},
+		{"26 bytes after the index", 1, "model.safetensors.index.json: invalid JSON: data after the index object at byte", []string{"w8a8", "--rtn", "--model", trailing, "--out", out}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			expect(t, c.code, []string{c.want}, c.args...)
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%s written", out)
+			}
+		})
+	}
+}
+
+// TestBaseLogitsOfAnotherBase: case 12. A --base-logits file made from one
+// base model is refused for another (same config, other weights), naming
+// both sha256s, instead of scoring against the wrong original.
+func TestBaseLogitsOfAnotherBase(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	mustRun(t, "fixture", "--out", a)
+	mustRun(t, "fixture", "--out", b, "--seed", "2")
+	build := filepath.Join(dir, "w")
+	mustRun(t, "w8a8", "--rtn", "--model", a, "--out", build)
+	bl := filepath.Join(dir, "base.st")
+	ev := func(base string) []string {
+		return []string{"eval", "--base", base, "--model", build, "--base-logits", bl, "--ctx", "64", "--greedy", "0"}
+	}
+	mustRun(t, ev(a)...)
+	mustRun(t, ev(a)...) // reused for its own base
+	expect(t, 1, []string{"--base-logits " + bl + ": made for another base model (", "sha256 of its config.json and weights", "delete it or give another path"}, ev(b)...)
+}
+
+// TestModelChangedDuringRun: case 13. A shard written to while eval,
+// calibrate or a --keep-float build reads the model (here: its bytes
+// written again, as an in-place rewrite does) is reported by name and
+// nothing is written.
+func TestModelChangedDuringRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the small fixture")
+	}
+	m := smallModel(t)
+	build := filepath.Join(t.TempDir(), "b")
+	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", build)
+	shard := filepath.Join(m, "model.safetensors")
+	for _, c := range []struct {
+		name, waitFor string
+		args          []string
+	}{
+		{"eval", "OUT/.b.st.sparkconv-tmp-*", []string{"eval", "--base", m, "--model", build, "--report", "OUT/r.html", "--base-logits", "OUT/b.st"}},
+		{"calibrate", "OUT/.c.sparkconv-tmp-*", []string{"calibrate", "--model", m, "--samples", "../../fixtures/corpus/calib.txt", "--out", "OUT/c"}},
+		{"keep-float", "", []string{"w8a8", "--rtn", "--keep-float", "1", "--model", m, "--out", "OUT/k"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out := t.TempDir()
+			args := make([]string, len(c.args))
+			for i, a := range c.args {
+				args[i] = strings.ReplaceAll(a, "OUT", out)
+			}
+			p := start(t, nil, args...)
+			if c.waitFor != "" && !waitGlob(strings.ReplaceAll(c.waitFor, "OUT", out), time.Minute) {
+				t.Fatalf("%s never appeared: %s", c.waitFor, p.stderr.String())
+			}
+			time.Sleep(300 * time.Millisecond)
+			f, err := os.OpenFile(shard, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, 1)
+			f.ReadAt(b, 100)
+			f.WriteAt(b, 100) // the same byte: the model is unchanged, its file is not
+			f.Close()
+			if code := p.exit(t); code != 1 || !strings.Contains(p.stderr.String(), shard+": changed while sparkconv was reading it") {
+				t.Errorf("exit %d: %s", code, p.stderr.String())
+			}
+			if got := names(t, out); len(got) != 0 {
+				t.Errorf("written: %v", got)
+			}
+		})
+	}
+}
+
+// TestCPUProfileIsAnOutput: cases 18 and 19. SPARKCONV_CPUPROFILE may not
+// name a file inside a path the command is given (exit 2, the folder left
+// as it was), and a profile that cannot be written whole (a file size
+// limit of 0, as a full disk) fails the command and leaves nothing.
+func TestCPUProfileIsAnOutput(t *testing.T) {
+	m := tinyModel(t)
+	before := tree(t, m)
+	_, errOut, code := runEnv(t, []string{"SPARKCONV_CPUPROFILE=" + filepath.Join(m, "cpu.prof")}, "inspect", "--model", m)
+	if code != 2 || !strings.Contains(errOut, "SPARKCONV_CPUPROFILE: output overlaps an input: "+filepath.Join(m, "cpu.prof")+" lies inside the input "+m) {
+		t.Errorf("a profile inside --model: exit %d: %s", code, errOut)
+	}
+	equalTrees(t, before, tree(t, m))
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.prof")
+	cmd := exec.Command("sh", "-c", `ulimit -f 0; exec "$0" "$@"`, binPath, "inspect", "--model", m)
+	cmd.Env = append(os.Environ(), "SPARKCONV_CPUPROFILE="+prof)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "SPARKCONV_CPUPROFILE: writing the profile: ") || !strings.Contains(stderr.String(), "; no profile written") {
+		t.Errorf("a profile that cannot be written: %v: %s", err, stderr.String())
+	}
+	if got := names(t, dir); len(got) != 0 {
+		t.Errorf("left: %v", got)
+	}
+	// A profile that can be written is.
+	if _, errOut, code := runEnv(t, []string{"SPARKCONV_CPUPROFILE=" + prof}, "inspect", "--model", m); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
+		t.Errorf("profile: %v", err)
+	}
+}
+
+// TestSameInputSameBytes: cases 21 and 22. A --keep-float build's
+// config.json and an eval report hold no wall-clock figure: two runs write
+// the same bytes.
+func TestSameInputSameBytes(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	var configs, reports [][]byte
+	for _, run := range []string{"a", "b"} {
+		out := filepath.Join(dir, "k"+run)
+		mustRun(t, "w8a8", "--rtn", "--keep-float", "1", "--model", m, "--out", out)
+		b, _ := os.ReadFile(filepath.Join(out, "config.json"))
+		configs = append(configs, b)
+		rep := filepath.Join(dir, "r"+run+".html")
+		mustRun(t, "eval", "--base", m, "--model", out, "--ctx", "64", "--greedy", "2", "--report", rep)
+		b, _ = os.ReadFile(rep)
+		reports = append(reports, b)
+	}
+	if !bytes.Equal(configs[0], configs[1]) || bytes.Contains(configs[0], []byte(`"seconds"`)) {
+		t.Errorf("config.json differs between runs or holds seconds:\n%s", configs[0])
+	}
+	if !bytes.Equal(reports[0], reports[1]) || bytes.Contains(reports[0], []byte("tokens/s")) {
+		t.Error("the eval report differs between runs or holds a throughput")
+	}
+}
+
+// TestCalibrationAsHeldOutWarned: case 25. Held-out text with the bytes of
+// the calibration text is scored, with a warning that says so.
+func TestCalibrationAsHeldOutWarned(t *testing.T) {
+	m := tinyModel(t)
+	calib := "../../fixtures/corpus/calib.txt"
+	expect(t, 0, []string{"sparkconv: warning: --eval " + calib + " is the calibration text " + calib + " (same bytes, sha256 ", "overstate the fidelity"},
+		"w8a8", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--samples", calib, "--tokens", "512", "--eval="+calib)
+}
+
+// TestLockedTempKept: case 27. The temporary folder of a writer whose
+// process ID means nothing here (another PID namespace) but who holds its
+// lock is kept by the next run beside it; once its lock is free, removed.
+func TestLockedTempKept(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	other := filepath.Join(dir, ".o.sparkconv-tmp-99999999-1")
+	os.Mkdir(other, 0o755)
+	writeFile(t, other, "model.safetensors", "being written")
+	f, err := os.Open(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", filepath.Join(dir, "o"))
+	if _, err := os.Stat(filepath.Join(other, "model.safetensors")); err != nil {
+		t.Fatalf("a live writer's temporary folder was removed: %v", err)
+	}
+	f.Close()
+	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", filepath.Join(dir, "o"), "--force")
+	if _, err := os.Stat(other); err == nil {
+		t.Error("an abandoned temporary folder was kept")
+	}
+}
+
+// TestUnwritableReportFirst: case 28. An eval --report in a folder that
+// takes no new file is refused before the evaluation, not after it.
+func TestUnwritableReportFirst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the small fixture")
+	}
+	if err := os.WriteFile("/sys/sparkconv-probe", nil, 0o644); err == nil {
+		os.Remove("/sys/sparkconv-probe")
+		t.Skip("/sys takes new files here")
+	}
+	m := smallModel(t)
+	start := time.Now()
+	errOut, code, _ := runRSS(t, time.Minute, "eval", "--base", m, "--model", m, "--report", "/sys/r.html")
+	if code != 1 || !strings.Contains(errOut, "--report: writing /sys/r.html: ") || time.Since(start) > 3*time.Second {
+		t.Errorf("exit %d after %s: %s", code, time.Since(start), errOut)
+	}
+}
+
+// TestFullStdoutFails: case 29. Text output to a full device fails the
+// command (exit 1) instead of exiting 0 with nothing written.
+func TestFullStdoutFails(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	ex := filepath.Join(dir, "ex")
+	mustRun(t, "export-onnx", "--model", m, "--out", ex)
+	for _, args := range [][]string{
+		{"inspect", "--model", m},
+		{"plan", "--model", m},
+		{"forward", "--model", m, "--ids", "1,2,3"},
+		{"eval", "--base", m, "--model", m, "--ctx", "64", "--greedy", "0"},
+		{"lint", filepath.Join(ex, "layer_00.onnx")},
+		{"--json", "inspect", "--model", m},
+	} {
+		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+		if err != nil {
+			t.Skip("no /dev/full")
+		}
+		cmd := exec.Command(binPath, args...)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = full, &stderr
+		err = cmd.Run()
+		full.Close()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "no space left on device") {
+			t.Errorf("%s > /dev/full: %v: %s", strings.Join(args, " "), err, stderr.String())
+		}
+	}
+}
+
+// TestJSONSaysGateFailed: case 30. With --json, a build that fails its
+// fidelity gate says so in the document (and its report file), exit 1.
+func TestJSONSaysGateFailed(t *testing.T) {
+	m := tinyModel(t)
+	out := filepath.Join(t.TempDir(), "o")
+	stdout, errOut, code := run(t, "--json", "w8a8", "--rtn", "--model", m, "--out", out, "--max-kld", "1e-9")
+	var doc struct {
+		Gate *struct {
+			MaxKLD float64 `json:"max_kld"`
+			Passed bool
+			Error  string
+		}
+	}
+	if code != 1 || json.Unmarshal([]byte(stdout), &doc) != nil || doc.Gate == nil || doc.Gate.Passed || doc.Gate.MaxKLD != 1e-9 || !strings.HasPrefix(doc.Gate.Error, "fidelity gate failed: mean KLD") {
+		t.Fatalf("exit %d, gate %+v: %s %s", code, doc.Gate, stdout, errOut)
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "sparkconv-report.json"))
+	if !bytes.Contains(b, []byte(`"passed": false`)) {
+		t.Error("the report file does not say the gate failed")
+	}
+	stdout, _, code = run(t, "--json", "w8a8", "--rtn", "--model", m, "--out", out, "--force", "--max-kld", "1")
+	if code != 0 || !strings.Contains(stdout, `"passed": true`) {
+		t.Errorf("a passed gate: exit %d: %s", code, stdout)
+	}
+}
