@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"unsafe"
 
@@ -89,7 +90,7 @@ func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 	}
 	ids := text.Stream[:windows*opt.Ctx]
 	tensors := []safetensors.Tensor{i64Tensor("ids", [][]int{ids})}
-	bw := &baseWindows{m: base, text: text, opt: opt, n: windows, lp: map[int][]float32{}}
+	bw := &baseWindows{m: base, text: text, opt: opt, n: windows, lp: map[int][]float32{}, order: writeOrder(windows), computed: map[int]bool{}}
 	if lm, ok := base.(LayerModel); ok {
 		if L, H := lm.LayerShape(); L > 0 {
 			bw.layers = true
@@ -140,37 +141,61 @@ func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 
 // baseWindows computes the base's log-probs a batch of windows at a time
 // (RunBatch: a streamed model loads each layer once per batch), keeping
-// them until written; a batch holds at most baseBatchBytes of them.
+// them until written. The writer asks for the windows in its own order
+// (by tensor name: logprobs.0, .1, .10, .100, ...), so a batch is the
+// windows it asks for next: each is written soon after it is computed,
+// and at most a batch is held, never the whole text's.
 type baseWindows struct {
-	m      Model
-	text   *Text
-	opt    Options
-	n      int
-	layers bool              // window 0 also gives the per-layer residuals
-	lp     map[int][]float32 // computed, not yet written
-	layer0 [][]float32       // window 0's residuals, until written
-	done   int               // windows computed
+	m        Model
+	text     *Text
+	opt      Options
+	n        int
+	layers   bool              // window 0 also gives the per-layer residuals
+	lp       map[int][]float32 // computed, not yet written
+	layer0   [][]float32       // window 0's residuals, until written
+	order    []int             // the windows in the writer's order
+	next     int               // order[next:] may not be computed yet
+	computed map[int]bool
 }
 
 const baseBatchBytes = 512 << 20
 
-// run makes sure window w is computed.
+// writeOrder is the windows in the order the safetensors writer asks for
+// their tensors: by name.
+func writeOrder(n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return strconv.Itoa(order[a]) < strconv.Itoa(order[b]) })
+	return order
+}
+
+// run makes sure window w is computed, with the windows asked for after it.
 func (bw *baseWindows) run(w int) error {
-	if w < bw.done {
+	if bw.computed[w] {
 		return nil
 	}
 	first, count := Scored(bw.opt.Ctx)
 	V := bw.m.Vocab()
-	k := max(1, baseBatchBytes/(4*count*V))
+	// As many windows as one RunBatch batch runs, at most baseBatchBytes
+	// of log-probs.
+	k := max(1, min(baseBatchBytes/(4*count*V), maxBatchTokens/bw.opt.Ctx))
+	batch := []int{w}
+	for ; bw.next < len(bw.order) && len(batch) < k; bw.next++ {
+		if x := bw.order[bw.next]; x != w && !bw.computed[x] {
+			batch = append(batch, x)
+		}
+	}
 	var reqs []Request
-	for i := bw.done; i < min(bw.done+k, bw.n); i++ {
+	for _, i := range batch {
 		reqs = append(reqs, Request{IDs: bw.text.Window(i, bw.opt.Ctx)[:bw.opt.Ctx-1], First: first, Layers: i == 0 && bw.layers})
 	}
 	err := RunBatch(bw.m, reqs, func(i int, out Output) error {
 		if err := bw.opt.stopped(); err != nil {
 			return err
 		}
-		w := bw.done + i
+		w := batch[i]
 		if len(out.Logits) != count*V {
 			return fmt.Errorf("base, window %d: %d logits, want %d", w, len(out.Logits), count*V)
 		}
@@ -179,6 +204,7 @@ func (bw *baseWindows) run(w int) error {
 			LogSoftmax(lp[r*V:(r+1)*V], out.Logits[r*V:(r+1)*V])
 		}
 		bw.lp[w] = lp
+		bw.computed[w] = true
 		if w == 0 && bw.layers {
 			bw.layer0 = out.Layers
 		}
@@ -190,7 +216,6 @@ func (bw *baseWindows) run(w int) error {
 	if err != nil {
 		return fmt.Errorf("base: %w", err)
 	}
-	bw.done += len(reqs)
 	return nil
 }
 
