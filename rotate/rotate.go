@@ -105,7 +105,12 @@ func notRotated(dir string) error {
 	if json.Unmarshal(data, &c) != nil || c[ConfigKey] == nil {
 		return nil // LoadConfig names what is wrong with it
 	}
-	return fmt.Errorf("%s is already rotated (config.json records %s = %s): rotating it again would replace that record; rotate the original checkpoint instead", dir, ConfigKey, c[ConfigKey])
+	var r struct {
+		Kind string `json:"kind"`
+		Seed uint64 `json:"seed"`
+	}
+	_ = json.Unmarshal(c[ConfigKey], &r)
+	return fmt.Errorf("%s is already rotated (config.json records %s: %s, seed %d): rotating it again would replace that record; rotate the original checkpoint instead", dir, ConfigKey, r.Kind, r.Seed)
 }
 
 // meta is the rotation as config.json and the report record it.
@@ -244,7 +249,7 @@ func (w *writer) out(name, from string, rowwise bool, f func(v []float32, r0, ro
 			}
 			// Weights near their dtype's largest value can sum past it.
 			if err := safetensors.CheckFinite(safetensors.TensorInfo{Name: name, DType: dt, Shape: info.Shape}, res); err != nil {
-				return nil, fmt.Errorf("rotating %s: %w: the rotated weights pass %s's range; nothing written", from, err, dt)
+				return nil, fmt.Errorf("%w after the rotation: the rotated weights pass %s's range; nothing written", err, dt)
 			}
 			return res, nil
 		},

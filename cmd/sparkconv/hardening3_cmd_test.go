@@ -536,9 +536,9 @@ func TestRefusedBeforeWriting(t *testing.T) {
 		args []string
 	}{
 		{"14 --eval text checked first", 1, "--eval: " + nul + ": sample 2 (line 3) holds a NUL byte", []string{"w8a8", "--rtn", "--model", m, "--out", out, "--eval=" + nul}},
-		{"15 rotation past bf16", 1, `rotating model.layers.1.mlp.down_proj.weight: tensor "model.layers.1.mlp.down_proj.weight" holds Inf at flat index`, []string{"rotate", "--model", huge, "--out", out, "--smooth-down", "0"}},
+		{"15 rotation past bf16", 1, `tensor "model.layers.1.mlp.down_proj.weight" holds Inf at flat index 1536 ([2 0]) after the rotation: the rotated weights pass BF16's range; nothing written`, []string{"rotate", "--model", huge, "--out", out, "--smooth-down", "0"}},
 		{"16 gptq scale past float16", 1, "model.layers.2.mlp.up_proj.weight: its largest weight, 9.994e+05, needs a scale of 1.333e+05, beyond float16's 65504", []string{"gptq", "--rtn", "--model", big, "--out", out}},
-		{"17 rotating a rotated model", 1, rotated + " is already rotated (config.json records sparkconv_rotation = {", []string{"rotate", "--model", rotated, "--out", out}},
+		{"17 rotating a rotated model", 1, rotated + " is already rotated (config.json records sparkconv_rotation: ", []string{"rotate", "--model", rotated, "--out", out}},
 		{"20 --observe past the context", 1, "--observe 2000: the export's context holds 1024 positions", []string{"qnn-bundle", "--model", m, "--export", ex, "--out", out, "--observe", "2000"}},
 		{"23 --eval=", 2, `--eval "": want a path or text, not empty (leave the flag out for its default)`, []string{"w8a8", "--rtn", "--model", m, "--out", out, "--eval="}},
 		{"23 --samples ''", 2, `--samples "": want a path or text, not empty`, []string{"eval", "--base", m, "--model", m, "--samples", ""}},
@@ -792,5 +792,26 @@ func TestJSONSaysGateFailed(t *testing.T) {
 	stdout, _, code = run(t, "--json", "w8a8", "--rtn", "--model", m, "--out", out, "--force", "--max-kld", "1")
 	if code != 0 || !strings.Contains(stdout, `"passed": true`) {
 		t.Errorf("a passed gate: exit %d: %s", code, stdout)
+	}
+}
+
+// TestMakeInteropBuildsItsInputs: `make interop` on a fresh clone builds
+// what its tests read before pytest runs them: ONNX Runtime's library,
+// the Python environment and the real model (test_real_model.py fails
+// without it under CI).
+func TestMakeInteropBuildsItsInputs(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	out, err := exec.Command("make", "-n", "-C", "../..", "interop").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n interop: %v\n%s", err, out)
+	}
+	s := string(out)
+	pytest := strings.Index(s, "-m pytest")
+	for _, step := range []string{"scripts/install-ort.sh", "interop/install.sh", "scripts/real-model.sh"} {
+		if i := strings.Index(s, step); i < 0 || pytest < 0 || i > pytest {
+			t.Errorf("make interop does not run %s before pytest:\n%s", step, s)
+		}
 	}
 }
