@@ -229,7 +229,7 @@ func TestSignalsWriteNothing(t *testing.T) {
 		waitFor string // a temporary file of the output being written
 	}{
 		{"eval SIGINT", []string{"eval", "--base", m, "--model", build, "--report", "OUT/r.html", "--base-logits", "OUT/base.st"}, []syscall.Signal{syscall.SIGINT}, ".base.st.sparkconv-tmp-*"},
-		{"eval SIGTERM", []string{"eval", "--base", m, "--model", build, "--report", "OUT/r.html", "--base-logits", "OUT/base.st"}, []syscall.Signal{syscall.SIGTERM}, ".base.st.sparkconv-tmp-*"},
+		{"eval SIGTERM twice", []string{"eval", "--base", m, "--model", build, "--report", "OUT/r.html", "--base-logits", "OUT/base.st"}, []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM}, ".base.st.sparkconv-tmp-*"},
 		{"forward SIGINT", []string{"forward", "--model", m, "--ids", ids, "--dump", "OUT/d.st"}, []syscall.Signal{syscall.SIGINT}, ".d.st.sparkconv-tmp-*"},
 		{"fixture SIGTERM twice", []string{"fixture", "--preset", "small", "--out", "OUT/f"}, []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM}, ".f.sparkconv-tmp-*/model.safetensors"},
 		{"w8a8 SIGINT twice", []string{"w8a8", "--model", m, "--out", "OUT/w"}, []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, ".w.sparkconv-tmp-*"},
@@ -244,7 +244,10 @@ func TestSignalsWriteNothing(t *testing.T) {
 			if !waitGlob(filepath.Join(out, c.waitFor), time.Minute) {
 				t.Fatalf("%s never appeared: %s", c.waitFor, p.stderr.String())
 			}
-			for _, sig := range c.sigs {
+			for i, sig := range c.sigs {
+				if i > 0 {
+					time.Sleep(50 * time.Millisecond) // the first one is being handled
+				}
 				p.cmd.Process.Signal(sig)
 			}
 			if code := p.exit(t); code != 130 {
