@@ -130,13 +130,8 @@ func sweepScratch(parent, prefix string) {
 		return
 	}
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		pid, ok := leftoverPID(e.Name(), prefix)
 		if !ok || !e.IsDir() {
-			continue
-		}
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil {
 			continue
 		}
 		p := filepath.Join(parent, e.Name())
@@ -148,6 +143,17 @@ func sweepScratch(parent, prefix string) {
 			lock.Close()
 		}
 	}
+}
+
+// leftoverPID is the process ID in a leftover's name, prefix + "PID-...".
+func leftoverPID(name, prefix string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0, false
+	}
+	pidStr, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	return pid, err == nil
 }
 
 // ownedByMe reports whether this process's user owns the file.

@@ -276,13 +276,8 @@ func recoverStale(parent, base string) {
 	var found []stale
 	for _, e := range entries {
 		for _, tag := range []string{tmpTag, newTag, oldTag} {
-			rest, ok := strings.CutPrefix(e.Name(), "."+base+tag)
+			pid, ok := leftoverPID(e.Name(), "."+base+tag)
 			if !ok {
-				continue
-			}
-			pidStr, _, _ := strings.Cut(rest, "-")
-			pid, err := strconv.Atoi(pidStr)
-			if err != nil {
 				continue
 			}
 			p := filepath.Join(parent, e.Name())

@@ -26,11 +26,24 @@ const markerName = ".sparkconv-output"
 // runEnv is run with extra environment variables (NAME=value).
 func runEnv(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	return runCmd(t, 20*time.Minute, env, args...)
+}
+
+// runCmd runs sparkconv with extra environment variables and a deadline: a
+// command still running after limit is killed and the test fails (a hang,
+// not a slow run). It returns stdout, stderr and the exit status.
+func runCmd(t *testing.T, limit time.Duration, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("sparkconv %s: still running after %s (killed)", strings.Join(args, " "), limit)
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return stdout.String(), stderr.String(), ee.ExitCode()
@@ -134,17 +147,8 @@ func TestSavedJSONOwnsNothing(t *testing.T) {
 // is refused before any work (exit 2) as containing the model's files,
 // with or without --force, and every blob stays.
 func TestHFCacheBlobsAreInputs(t *testing.T) {
-	m := tinyModel(t)
-	root := filepath.Join(t.TempDir(), "models--x--spark")
-	snap, blobs := filepath.Join(root, "snapshots", "abc123"), filepath.Join(root, "blobs")
-	os.MkdirAll(snap, 0o755)
-	os.MkdirAll(blobs, 0o755)
-	entries, _ := os.ReadDir(m)
-	for i, e := range entries {
-		blob := filepath.Join(blobs, strings.Repeat("f", i+1))
-		os.Rename(filepath.Join(m, e.Name()), blob)
-		os.Symlink(filepath.Join("..", "..", "blobs", filepath.Base(blob)), filepath.Join(snap, e.Name()))
-	}
+	snap, blobs := hfCache(t, tinyModel(t))
+	root := filepath.Dir(blobs)
 	writeFile(t, blobs, "saved.json", `{"tool": "sparkconv"}`)
 	before := tree(t, blobs)
 	for _, cmd := range [][]string{
@@ -168,6 +172,14 @@ func smallModel(t *testing.T) string {
 	return m
 }
 
+// smallBuild is the small fixture and its w8a8 --rtn build.
+func smallBuild(t *testing.T) (model, build string) {
+	t.Helper()
+	model, build = smallModel(t), filepath.Join(t.TempDir(), "b")
+	mustRun(t, "w8a8", "--rtn", "--model", model, "--out", build)
+	return model, build
+}
+
 // started is a sparkconv process running in the background.
 type started struct {
 	cmd    *exec.Cmd
@@ -184,6 +196,16 @@ func start(t *testing.T, env []string, args ...string) *started {
 	}
 	t.Cleanup(func() { s.cmd.Process.Kill(); s.cmd.Wait() })
 	return s
+}
+
+// startOut starts args with OUT replaced by the folder out.
+func startOut(t *testing.T, out string, args []string) *started {
+	t.Helper()
+	a := make([]string, len(args))
+	for i, s := range args {
+		a[i] = strings.ReplaceAll(s, "OUT", out)
+	}
+	return start(t, nil, a...)
 }
 
 // waitGlob waits until pattern matches a path (false after limit).
@@ -218,9 +240,7 @@ func TestSignalsWriteNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs eval on the small fixture")
 	}
-	m := smallModel(t)
-	build := filepath.Join(t.TempDir(), "b")
-	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", build)
+	m, build := smallBuild(t)
 	ids := strings.Repeat("7,", 1999) + "7"
 	for _, c := range []struct {
 		name    string
@@ -236,11 +256,7 @@ func TestSignalsWriteNothing(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
-			args := make([]string, len(c.args))
-			for i, a := range c.args {
-				args[i] = strings.ReplaceAll(a, "OUT", out)
-			}
-			p := start(t, nil, args...)
+			p := startOut(t, out, c.args)
 			if !waitGlob(filepath.Join(out, c.waitFor), time.Minute) {
 				t.Fatalf("%s never appeared: %s", c.waitFor, p.stderr.String())
 			}
@@ -281,9 +297,7 @@ func TestEvalTempBaseSwept(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs eval on the small fixture")
 	}
-	m := smallModel(t)
-	build := filepath.Join(t.TempDir(), "b")
-	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", build)
+	m, build := smallBuild(t)
 	tmp := t.TempDir()
 	env := []string{"TMPDIR=" + tmp}
 	p := start(t, env, "eval", "--base", m, "--model", build)
@@ -474,13 +488,13 @@ func TestTokenizerCaps(t *testing.T) {
 }
 
 // TestContextCaps: case 10. export-onnx --context and eval --ctx stop at
-// 32768 with the reason (exit 2), before anything is read.
+// 16384 with the reason (exit 2), before anything is read.
 func TestContextCaps(t *testing.T) {
 	m := tinyModel(t)
 	why := "(no deployment needs more: AI Hub's LLM exports use 4096"
-	expect(t, 2, []string{"--context 1048576: want an integer in [2, 32768] " + why}, "export-onnx", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--context", "1048576")
-	expect(t, 2, []string{"--context 32769: want an integer in [2, 32768]"}, "export-onnx", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--context", "32769")
-	expect(t, 2, []string{"--ctx 32769: want an integer in [4, 32768] " + why}, "eval", "--base", m, "--model", m, "--ctx", "32769")
+	expect(t, 2, []string{"--context 1048576: want an integer in [2, 16384] " + why}, "export-onnx", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--context", "1048576")
+	expect(t, 2, []string{"--context 16385: want an integer in [2, 16384]"}, "export-onnx", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--context", "16385")
+	expect(t, 2, []string{"--ctx 16385: want an integer in [4, 16384] " + why}, "eval", "--base", m, "--model", m, "--ctx", "16385")
 }
 
 // TestCalibrationTextBounded: case 8. The calibrating commands apply their
@@ -586,9 +600,7 @@ func TestModelChangedDuringRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the small fixture")
 	}
-	m := smallModel(t)
-	build := filepath.Join(t.TempDir(), "b")
-	mustRun(t, "w8a8", "--rtn", "--model", m, "--out", build)
+	m, build := smallBuild(t)
 	shard := filepath.Join(m, "model.safetensors")
 	for _, c := range []struct {
 		name, waitFor string
@@ -600,11 +612,7 @@ func TestModelChangedDuringRun(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
-			args := make([]string, len(c.args))
-			for i, a := range c.args {
-				args[i] = strings.ReplaceAll(a, "OUT", out)
-			}
-			p := start(t, nil, args...)
+			p := startOut(t, out, c.args)
 			if c.waitFor != "" && !waitGlob(strings.ReplaceAll(c.waitFor, "OUT", out), time.Minute) {
 				t.Fatalf("%s never appeared: %s", c.waitFor, p.stderr.String())
 			}
