@@ -38,6 +38,7 @@ type Options struct {
 	HeldOut            int     // held-out positions simulated: 0..HeldOut-1 of the held-out text (0: DefaultHeldOut, at most the export's context)
 	HeldOutSamples     string  // held-out text file; "": the built-in held-out text
 	Observe            int     // positions whose activations set the ranges
+	ObserveGiven       bool    // Observe was asked for (--observe): past the export's context it is refused
 	MaskClip           float64 // low end of the attention mask's encoding
 	Headroom           float64 // factor widening each 16-bit activation's observed range
 	ORTLib             string  // libonnxruntime.so ("": ortrun.FindORTLib's search)
@@ -83,7 +84,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.HeldOut == 0 {
 		o.HeldOut = min(DefaultHeldOut, man.Context)
 	}
-	if o.Observe > man.Context { // as --held-out: refused, never lowered
+	if o.ObserveGiven && o.Observe > man.Context { // as --held-out: refused, never lowered
 		return nil, fmt.Errorf("--observe %d: the export's context holds %d positions", o.Observe, man.Context)
 	}
 	tok, unk, err := calib.LoadTokenizer(o.Model)

@@ -102,6 +102,7 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	start := time.Now()
 	o := f.Options
 	o.Precision, o.Log = prec, cmd.ErrOrStderr()
+	o.ObserveGiven = cmd.Flags().Changed("observe")
 	// Every path the bundle reads is an input --out may not overlap,
 	// checked before any work: ONNX Runtime's library (--ort-lib or
 	// $SPARKCONV_ORT_LIB) included.
