@@ -39,8 +39,10 @@ else
 endif
 
 # The real consumers (PyTorch, compressed-tensors, GPTQModel, onnx,
-# onnxruntime, HF tokenizers) loading what sparkconv writes: interop/.
-interop: build ort interop-env
+# onnxruntime, HF tokenizers) loading what sparkconv writes: interop/. The
+# real model its test_real_model.py reads is built first (kept as it is when
+# its files match scripts/real-model.sha256).
+interop: build ort interop-env real-model
 	SPARKCONV_BIN=$(CURDIR)/sparkconv SPARKCONV_REQUIRE_INTEROP=1 interop/.venv/bin/python -m pytest -q -p no:cacheprovider interop $(PYTEST_FLAGS)
 
 interop-env:

@@ -3,7 +3,6 @@ package calib
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 )
 
@@ -64,29 +63,5 @@ func TestHessian(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestPrefix: the first n tokens of the chunks, the last chunk cut short.
-func TestPrefix(t *testing.T) {
-	chunks := []Chunk{{Sample: 0, IDs: []int{1, 2, 3}}, {Sample: 1, IDs: []int{4, 5}}, {Sample: 2, IDs: []int{6}}}
-	for _, tc := range []struct {
-		n, wantChunks, wantTokens int
-		last                      []int
-	}{
-		{0, 0, 0, nil},
-		{2, 1, 2, []int{1, 2}},
-		{3, 1, 3, []int{1, 2, 3}},
-		{4, 2, 4, []int{4}},
-		{99, 3, 6, []int{6}},
-	} {
-		got, n := Prefix(chunks, tc.n)
-		if len(got) != tc.wantChunks || n != tc.wantTokens {
-			t.Errorf("Prefix(%d): %d chunks, %d tokens; want %d, %d", tc.n, len(got), n, tc.wantChunks, tc.wantTokens)
-			continue
-		}
-		if len(got) > 0 && !slices.Equal(got[len(got)-1].IDs, tc.last) {
-			t.Errorf("Prefix(%d): last chunk %v, want %v", tc.n, got[len(got)-1].IDs, tc.last)
-		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/outdir"
 	"sparkconv/progress"
 )
@@ -30,6 +31,11 @@ type Job struct {
 func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
 	if j.Log == nil {
 		j.Log = io.Discard
+	}
+	// The model's files, checked unchanged before the output is committed.
+	stamps, err := infile.StampFolder(j.Model)
+	if err != nil {
+		return nil, 0, err
 	}
 	tok, tokUnk, err := LoadTokenizer(j.Model)
 	if err != nil {
@@ -80,6 +86,9 @@ func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
 		return nil, 0, err
 	}
 	bar.Done(true)
+	if err := infile.CheckAll(stamps); err != nil {
+		return nil, 0, err
+	}
 	if err := d.Commit(); err != nil {
 		return nil, 0, err
 	}

@@ -49,7 +49,22 @@ func ReadSamples(path string) ([]Text, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return readSamples(f, path, strings.EqualFold(filepath.Ext(path), ".jsonl"), MaxSampleBytes)
+	return collect(func(visit func(Text) error) error {
+		return readSamples(f, path, isJSONL(path), MaxSampleBytes, visit)
+	})
+}
+
+// isJSONL reports whether a samples file is JSON lines (by its name).
+func isJSONL(path string) bool { return strings.EqualFold(filepath.Ext(path), ".jsonl") }
+
+// collect gathers the samples read hands to its visitor.
+func collect(read func(visit func(Text) error) error) ([]Text, error) {
+	var out []Text
+	err := read(func(t Text) error { out = append(out, t); return nil })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ParseSamples splits the contents of a samples file named name. Text
@@ -61,7 +76,9 @@ func ReadSamples(path string) ([]Text, error) {
 // hold no NUL byte (binary input), hold more than white space and be at
 // most MaxSampleBytes long.
 func ParseSamples(data []byte, name string, jsonl bool) ([]Text, error) {
-	return readSamples(bytes.NewReader(data), name, jsonl, MaxSampleBytes)
+	return collect(func(visit func(Text) error) error {
+		return readSamples(bytes.NewReader(data), name, jsonl, MaxSampleBytes, visit)
+	})
 }
 
 // lineReader yields lines (with their newline) of at most max bytes kept;
@@ -88,18 +105,20 @@ func (lr *lineReader) next() (line []byte, n int64, err error) {
 	}
 }
 
-func readSamples(r io.Reader, name string, jsonl bool, limit int) ([]Text, error) {
+// readSamples reads the samples of r (named name) and hands each to visit
+// as it is read: only the sample being read is held.
+func readSamples(r io.Reader, name string, jsonl bool, limit int, visit func(Text) error) error {
 	lr := &lineReader{r: bufio.NewReaderSize(r, 64<<10), max: limit + 2}
 	if jsonl {
 		lr.max = 2*limit + 64 // room for the JSON around the text and some escapes
-		return parseJSONL(lr, name, limit)
+		return parseJSONL(lr, name, limit, visit)
 	}
-	var out []Text
+	n := 0 // samples read
 	var cur []byte
 	var curLen int64
 	startLine, line := 1, 1
 	flush := func() error {
-		t := Text{File: name, Index: len(out) + 1, Line: startLine}
+		t := Text{File: name, Index: n + 1, Line: startLine}
 		t.Text = trimNewline(string(cur))
 		if curLen > int64(limit)+2 || len(t.Text) > limit {
 			return fmt.Errorf("%s is %s, longer than the %s a sample may be: cut it into several samples with lines holding only %q",
@@ -108,20 +127,20 @@ func readSamples(r io.Reader, name string, jsonl bool, limit int) ([]Text, error
 		if err := check(t, cur); err != nil {
 			return err
 		}
-		out = append(out, t)
-		return nil
+		n++
+		return visit(t)
 	}
 	for ; ; line++ {
-		l, n, err := lr.next()
+		l, size, err := lr.next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: line %d: %w", name, line, err)
+			return fmt.Errorf("%s: line %d: %w", name, line, err)
 		}
-		if n < 64 && strings.TrimSpace(string(l)) == Separator {
+		if size < 64 && strings.TrimSpace(string(l)) == Separator {
 			if err := flush(); err != nil {
-				return nil, err
+				return err
 			}
 			cur, curLen, startLine = cur[:0], 0, line+1
 			continue
@@ -129,14 +148,12 @@ func readSamples(r io.Reader, name string, jsonl bool, limit int) ([]Text, error
 		if room := limit + 2 - len(cur); room > 0 {
 			cur = append(cur, l[:min(len(l), room)]...)
 		}
-		curLen += n
+		curLen += size
 	}
-	if len(out) == 0 || curLen > int64(limit)+2 || strings.TrimSpace(string(cur)) != "" {
-		if err := flush(); err != nil {
-			return nil, err
-		}
+	if n == 0 || curLen > int64(limit)+2 || strings.TrimSpace(string(cur)) != "" {
+		return flush()
 	}
-	return out, nil
+	return nil
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -171,50 +188,53 @@ func firstInvalid(b []byte) int {
 	return -1
 }
 
-func parseJSONL(lr *lineReader, name string, limit int) ([]Text, error) {
-	var out []Text
+func parseJSONL(lr *lineReader, name string, limit int, visit func(Text) error) error {
+	count := 0
 	for n := 1; ; n++ {
 		raw, size, err := lr.next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: line %d: %w", name, n, err)
+			return fmt.Errorf("%s: line %d: %w", name, n, err)
 		}
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		t := Text{File: name, Index: len(out) + 1, Line: n}
+		t := Text{File: name, Index: count + 1, Line: n}
 		if size > int64(lr.max) {
-			return nil, fmt.Errorf("%s is a %s line, longer than any sample of at most %s: split it into several lines",
+			return fmt.Errorf("%s is a %s line, longer than any sample of at most %s: split it into several lines",
 				t.where(), mib(size), mib(int64(limit)))
 		}
 		if err := check(Text{File: name, Index: t.Index, Line: t.Line, Text: "x"}, raw); err != nil {
-			return nil, err
+			return err
 		}
 		var rec struct {
 			Text *string `json:"text"`
 		}
 		if err := json.Unmarshal(raw, &rec); err != nil {
-			return nil, fmt.Errorf("%s: invalid JSON: %w", t.where(), err)
+			return fmt.Errorf("%s: invalid JSON: %w", t.where(), err)
 		}
 		if rec.Text == nil {
-			return nil, fmt.Errorf("%s: no string field \"text\"", t.where())
+			return fmt.Errorf("%s: no string field \"text\"", t.where())
 		}
 		t.Text = *rec.Text
 		if strings.TrimSpace(t.Text) == "" {
-			return nil, fmt.Errorf("%s is empty", t.where())
+			return fmt.Errorf("%s is empty", t.where())
 		}
 		if len(t.Text) > limit {
-			return nil, fmt.Errorf("%s is %s, longer than the %s a sample may be: split it into several lines",
+			return fmt.Errorf("%s is %s, longer than the %s a sample may be: split it into several lines",
 				t.where(), mib(int64(len(t.Text))), mib(int64(limit)))
 		}
-		out = append(out, t)
+		count++
+		if err := visit(t); err != nil {
+			return err
+		}
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no samples", name)
+	if count == 0 {
+		return fmt.Errorf("%s: no samples", name)
 	}
-	return out, nil
+	return nil
 }
 
 // Select keeps at most max samples (0 = all): a random subset drawn with
@@ -251,22 +271,39 @@ func Tokenize(tok *tokenizer.Tokenizer, texts []Text, seqLen, vocab int) ([]Chun
 	var chunks []Chunk
 	counts := make([]int, len(texts))
 	for s, t := range texts {
-		ids, err := tok.Encode(t.Text, true)
+		ids, err := encode(tok, t, vocab)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", t.where(), err)
-		}
-		if len(ids) == 0 {
-			return nil, nil, fmt.Errorf("%s gives no tokens", t.where())
-		}
-		for k, id := range ids {
-			if id < 0 || id >= vocab {
-				return nil, nil, fmt.Errorf("%s: token %d has id %d, outside the model's vocab_size %d (tokenizer.json does not fit the model)", t.where(), k, id, vocab)
-			}
+			return nil, nil, err
 		}
 		counts[s] = len(ids)
-		for a := 0; a < len(ids); a += seqLen {
-			chunks = append(chunks, Chunk{Sample: s, Start: a, IDs: ids[a:min(a+seqLen, len(ids))]})
-		}
+		chunks = appendChunks(chunks, s, ids, seqLen)
 	}
 	return chunks, counts, nil
+}
+
+// encode is one sample's tokens (with the tokenizer's special tokens); a
+// sample that gives none, or an id outside the model's vocabulary, is
+// refused by name.
+func encode(tok *tokenizer.Tokenizer, t Text, vocab int) ([]int, error) {
+	ids, err := tok.Encode(t.Text, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.where(), err)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%s gives no tokens", t.where())
+	}
+	for k, id := range ids {
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("%s: token %d has id %d, outside the model's vocab_size %d (tokenizer.json does not fit the model)", t.where(), k, id, vocab)
+		}
+	}
+	return ids, nil
+}
+
+// appendChunks cuts sample s's ids into chunks of at most seqLen tokens.
+func appendChunks(chunks []Chunk, s int, ids []int, seqLen int) []Chunk {
+	for a := 0; a < len(ids); a += seqLen {
+		chunks = append(chunks, Chunk{Sample: s, Start: a, IDs: ids[a:min(a+seqLen, len(ids))]})
+	}
+	return chunks
 }

@@ -156,7 +156,7 @@ func TestHugeSampleBoundedMemory(t *testing.T) {
 		if jsonl {
 			r = io.MultiReader(strings.NewReader(`{"text": "`), r, strings.NewReader("\"}\n"))
 		}
-		_, err := readSamples(r, "big.txt", jsonl, MaxSampleBytes)
+		err := readSamples(r, "big.txt", jsonl, MaxSampleBytes, func(Text) error { return nil })
 		runtime.ReadMemStats(&after)
 		if err == nil || !strings.Contains(err.Error(), "big.txt: sample 1 (line 1)") || !strings.Contains(err.Error(), "50.0 MiB") {
 			t.Errorf("jsonl %v: %v", jsonl, err)

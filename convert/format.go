@@ -104,6 +104,9 @@ func Convert(ctx context.Context, o Options, f Format, s Solver) (*Report, error
 		}
 	}
 	b.Grid = f.Grid(b.Act)
+	if err := checkScaleRange(j, b.Targets, b.Grid); err != nil {
+		return nil, err
+	}
 	j.Report.Method, j.Report.Settings = f.Method(), f.Settings(b)
 	if b.Solution, err = j.solve(s, SolveSpec{GridSpec: b.Grid, Targets: b.Targets}); err != nil {
 		return nil, err

@@ -55,6 +55,9 @@ type Options struct {
 	// Inputs are the other files the conversion reads (calibration
 	// samples, --eval text): Out may not be, hold or lie inside one.
 	Inputs []string
+	// Stamps are files an earlier step read (keep-float's measurement of
+	// the model): checked unchanged before the commit, as the model is.
+	Stamps []infile.Stamp
 }
 
 // Job is one conversion in progress: the input model, the output folder
@@ -254,6 +257,9 @@ func (j *Job) Commit() error {
 	if err := j.Model.Unchanged(); err != nil {
 		return err
 	}
+	if err := infile.CheckAll(j.Opt.Stamps); err != nil {
+		return err
+	}
 	j.Report.Totals.InBytes = j.Model.TotalBytes()
 	for _, f := range j.Report.Files {
 		if st, err := os.Stat(j.Dir.Join(f)); err == nil {
@@ -289,6 +295,9 @@ type Report struct {
 	// Eval is the build's fidelity on held-out text (eval.Result), when
 	// the command was asked to measure it (--eval).
 	Eval any `json:"eval,omitempty"`
+	// Gate is the fidelity gate's verdict (--max-kld, --min-top1), when
+	// one was set.
+	Gate any `json:"gate,omitempty"`
 }
 
 // Rewrite replaces dir's sparkconv-report.json with r (outdir.File: a

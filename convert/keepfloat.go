@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"sparkconv/infile"
 	"sparkconv/spark"
 )
 
@@ -27,6 +28,8 @@ type KeepFloat struct {
 	Units []KeepUnit
 	// Record says how they were chosen (config.json and the report).
 	Record map[string]any
+	// Stamps are the model's files as the measurement read them.
+	Stamps []infile.Stamp
 }
 
 // KeepUnit is one kept unit: its layer and module names (spark.QKV, ...).

@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
+	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"unsafe"
 
@@ -89,7 +90,7 @@ func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 	}
 	ids := text.Stream[:windows*opt.Ctx]
 	tensors := []safetensors.Tensor{i64Tensor("ids", [][]int{ids})}
-	bw := &baseWindows{m: base, text: text, opt: opt, n: windows, lp: map[int][]float32{}}
+	bw := &baseWindows{m: base, text: text, opt: opt, n: windows, lp: map[int][]float32{}, order: writeOrder(windows), computed: map[int]bool{}}
 	if lm, ok := base.(LayerModel); ok {
 		if L, H := lm.LayerShape(); L > 0 {
 			bw.layers = true
@@ -125,43 +126,76 @@ func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 	if len(prompts) > 0 {
 		tensors = append(tensors, i64Tensor("prompts", prompts), i64Tensor("greedy", greedy))
 	}
+	if opt.Unchanged != nil {
+		out.Guard(opt.Unchanged)
+	}
 	meta := map[string]string{
 		"format": baseFormat, "ctx": strconv.Itoa(opt.Ctx), "vocab": strconv.Itoa(V),
 		"base": base.Describe(), "source": text.Source,
+	}
+	if opt.BaseID != "" {
+		meta["base_sha256"] = opt.BaseID
 	}
 	return safetensors.WriteFile(out, tensors, safetensors.WriteOptions{Metadata: meta})
 }
 
 // baseWindows computes the base's log-probs a batch of windows at a time
 // (RunBatch: a streamed model loads each layer once per batch), keeping
-// them until written; a batch holds at most baseBatchBytes of them.
+// them until written. The writer asks for the windows in its own order
+// (by tensor name: logprobs.0, .1, .10, .100, ...), so a batch is the
+// windows it asks for next: each is written soon after it is computed,
+// and at most a batch is held, never the whole text's.
 type baseWindows struct {
-	m      Model
-	text   *Text
-	opt    Options
-	n      int
-	layers bool              // window 0 also gives the per-layer residuals
-	lp     map[int][]float32 // computed, not yet written
-	layer0 [][]float32       // window 0's residuals, until written
-	done   int               // windows computed
+	m        Model
+	text     *Text
+	opt      Options
+	n        int
+	layers   bool              // window 0 also gives the per-layer residuals
+	lp       map[int][]float32 // computed, not yet written
+	layer0   [][]float32       // window 0's residuals, until written
+	order    []int             // the windows in the writer's order
+	next     int               // order[next:] may not be computed yet
+	computed map[int]bool
 }
 
 const baseBatchBytes = 512 << 20
 
-// run makes sure window w is computed.
+// writeOrder is the windows in the order the safetensors writer asks for
+// their tensors: by name.
+func writeOrder(n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return strconv.Itoa(order[a]) < strconv.Itoa(order[b]) })
+	return order
+}
+
+// run makes sure window w is computed, with the windows asked for after it.
 func (bw *baseWindows) run(w int) error {
-	if w < bw.done {
+	if bw.computed[w] {
 		return nil
 	}
 	first, count := Scored(bw.opt.Ctx)
 	V := bw.m.Vocab()
-	k := max(1, baseBatchBytes/(4*count*V))
+	// As many windows as one RunBatch batch runs, at most baseBatchBytes
+	// of log-probs.
+	k := max(1, min(baseBatchBytes/(4*count*V), maxBatchTokens/bw.opt.Ctx))
+	batch := []int{w}
+	for ; bw.next < len(bw.order) && len(batch) < k; bw.next++ {
+		if x := bw.order[bw.next]; x != w && !bw.computed[x] {
+			batch = append(batch, x)
+		}
+	}
 	var reqs []Request
-	for i := bw.done; i < min(bw.done+k, bw.n); i++ {
+	for _, i := range batch {
 		reqs = append(reqs, Request{IDs: bw.text.Window(i, bw.opt.Ctx)[:bw.opt.Ctx-1], First: first, Layers: i == 0 && bw.layers})
 	}
 	err := RunBatch(bw.m, reqs, func(i int, out Output) error {
-		w := bw.done + i
+		if err := bw.opt.stopped(); err != nil {
+			return err
+		}
+		w := batch[i]
 		if len(out.Logits) != count*V {
 			return fmt.Errorf("base, window %d: %d logits, want %d", w, len(out.Logits), count*V)
 		}
@@ -170,6 +204,7 @@ func (bw *baseWindows) run(w int) error {
 			LogSoftmax(lp[r*V:(r+1)*V], out.Logits[r*V:(r+1)*V])
 		}
 		bw.lp[w] = lp
+		bw.computed[w] = true
 		if w == 0 && bw.layers {
 			bw.layer0 = out.Layers
 		}
@@ -181,7 +216,6 @@ func (bw *baseWindows) run(w int) error {
 	if err != nil {
 		return fmt.Errorf("base: %w", err)
 	}
-	bw.done += len(reqs)
 	return nil
 }
 
@@ -234,6 +268,12 @@ func (b *BaseLogits) load(text *Text, opt Options, vocab int) error {
 	b.Base, b.Source = md["base"], md["source"]
 	stale := func(what string) error {
 		return fmt.Errorf("made for %s; delete it or give another path to recompute the base", what)
+	}
+	if got := md["base_sha256"]; opt.BaseID != "" && got != opt.BaseID {
+		if got == "" {
+			got = "not recorded"
+		}
+		return stale(fmt.Sprintf("another base model (%s, sha256 of its config.json and weights %s; this base's is %s)", b.Base, got, opt.BaseID))
 	}
 	if b.Ctx != opt.Ctx {
 		return stale(fmt.Sprintf("--ctx %d, not %d", b.Ctx, opt.Ctx))
@@ -314,14 +354,13 @@ func f32Bytes(v []float32) []byte {
 	return b
 }
 
-// tempBase is a temporary path for a base file nobody asked to keep.
+// tempBase is a temporary path for a base file nobody asked to keep: in
+// an outdir.Scratch folder, which an interrupt removes, and a later eval
+// too when this one is killed.
 func tempBase() (string, func(), error) {
-	f, err := os.CreateTemp("", "sparkconv-eval-base-*.safetensors")
+	s, err := outdir.NewScratch("sparkconv-eval-")
 	if err != nil {
 		return "", nil, err
 	}
-	name := f.Name()
-	f.Close()
-	os.Remove(name)
-	return name, func() { os.Remove(name) }, nil
+	return filepath.Join(s.Path(), "base.safetensors"), s.Remove, nil
 }

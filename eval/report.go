@@ -117,7 +117,7 @@ func statRows(r *Result) [][2]string {
 	if g := r.Greedy; g.Prompts > 0 {
 		rows = append(rows, [2]string{"greedy reproduction", f("%d / %d prompts exact over %d tokens, %.1f %% of the prefix kept", g.Exact, g.Prompts, g.Tokens, 100*g.PrefixKept)})
 	}
-	return append(rows, [2]string{"build throughput", f("%.0f tokens/s", r.TokensPerS)})
+	return rows // no timing: the same evaluation writes the same report
 }
 
 func svgOf(p *plot.Plot) (string, error) {

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -16,9 +17,28 @@ type Options struct {
 	Prompts   int  // greedy prompts (at most one per sample); 0 skips the test
 	GenTokens int  // greedy tokens generated per prompt (32)
 	Force     bool // recompute the base file even when it exists
+	// BaseID identifies the base model (sha256 of its config and
+	// weights): recorded in the base file, and a file made for another is
+	// refused ("": not checked).
+	BaseID string
+	// Unchanged, when set, is called once the base file is computed and
+	// before it is moved into place: an error (the base model's files
+	// changed) keeps it from being written.
+	Unchanged func() error
 	// Progress, when set, is called with 1 after each window computed
 	// (windows run in batches, so it moves a batch at a time).
 	Progress func(n int)
+	// Context, when set, stops the evaluation at the next window once it
+	// is cancelled (SIGINT/SIGTERM), with its error.
+	Context context.Context
+}
+
+// stopped is the context's error once it is cancelled.
+func (o Options) stopped() error {
+	if o.Context == nil {
+		return nil
+	}
+	return o.Context.Err()
 }
 
 // DefaultOptions are llama.cpp's window (512) and a greedy test of 8
@@ -156,6 +176,9 @@ func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
 	}
 	lp := make([]float32, V)
 	err = RunBatch(m, reqs, func(i int, out Output) error {
+		if err := opt.stopped(); err != nil {
+			return err
+		}
 		if i >= b.Windows() {
 			g.check(b.Greedy[i-b.Windows()], out.Logits, V)
 			return nil

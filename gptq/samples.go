@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"sparkconv/calib"
+	"sparkconv/tokenizer"
 )
 
 // Defaults of the calibration (flags --tokens and --seq-len).
@@ -35,7 +36,9 @@ const selectUnit = 64
 // the embedded corpus runs English, code, Chinese, tool calls in turn)
 // until the budget is spent; each prefix is then cut into chunks of at most
 // seqLen tokens. A budget below the corpus thus takes a shorter prefix of
-// every sample rather than whole samples from its start.
+// every sample rather than whole samples from its start. chunks hold every
+// sample of the text (Tokenize refuses one without tokens), so a sample's
+// position is its index.
 func selectChunks(chunks []calib.Chunk, budget, seqLen int) []calib.Chunk {
 	ids := map[int][]int{}
 	var order []int
@@ -46,12 +49,23 @@ func selectChunks(chunks []calib.Chunk, budget, seqLen int) []calib.Chunk {
 		ids[c.Sample] = append(ids[c.Sample], c.IDs...)
 	}
 	sort.Ints(order)
-	key := make(map[int]float64, len(order))
-	for i, smp := range order {
-		key[smp] = vanDerCorput(uint32(i))
+	taken := takeRoundRobin(ids, order, budget)
+	var out []calib.Chunk
+	for _, smp := range order {
+		p := ids[smp][:taken[smp]]
+		for a := 0; a < len(p); a += seqLen {
+			out = append(out, calib.Chunk{Sample: smp, Start: a, IDs: p[a:min(a+seqLen, len(p))]})
+		}
 	}
+	return out
+}
+
+// takeRoundRobin is how many tokens of each sample selectChunks takes:
+// the samples (order: their indices, ascending) visited in van der Corput
+// order of their index, selectUnit more tokens each round.
+func takeRoundRobin(ids map[int][]int, order []int, budget int) map[int]int {
 	visit := slices.Clone(order)
-	sort.SliceStable(visit, func(a, b int) bool { return key[visit[a]] < key[visit[b]] })
+	sort.SliceStable(visit, func(a, b int) bool { return vanDerCorput(uint32(visit[a])) < vanDerCorput(uint32(visit[b])) })
 	taken := map[int]int{}
 	total := 0
 	for more := true; more && total < budget; {
@@ -65,14 +79,52 @@ func selectChunks(chunks []calib.Chunk, budget, seqLen int) []calib.Chunk {
 			}
 		}
 	}
-	var out []calib.Chunk
-	for _, smp := range order {
-		p := ids[smp][:taken[smp]]
-		for a := 0; a < len(p); a += seqLen {
-			out = append(out, calib.Chunk{Sample: smp, Start: a, IDs: p[a:min(a+seqLen, len(p))]})
+	return taken
+}
+
+// ReadChunks is the calibration chunks a conversion runs on (the files, or
+// the embedded corpus when none): it reads and encodes the text for selectChunks with
+// the budget applied while reading: after each batch of samples, every
+// sample read so far is cut to what selectChunks would take of it among
+// the samples read so far, and one it would take nothing of is dropped.
+// Samples read later only take from the others, never give back, so the
+// cut keeps everything the whole text's selection takes, and the result
+// is selectChunks' on the whole text; memory holds about twice the budget,
+// not the text.
+func ReadChunks(tok *tokenizer.Tokenizer, files []string, vocab, budget, seqLen int) ([]calib.Chunk, calib.Read, error) {
+	ids := map[int][]int{}
+	var order []int
+	held := 0
+	prune := func() {
+		taken := takeRoundRobin(ids, order, budget)
+		kept, n := order[:0], 0
+		for _, smp := range order {
+			if taken[smp] == 0 {
+				delete(ids, smp)
+				continue
+			}
+			ids[smp] = slices.Clone(ids[smp][:taken[smp]])
+			kept = append(kept, smp)
+			n += taken[smp]
 		}
+		order, held = kept, n
 	}
-	return out
+	rd, err := calib.TokenizeEach(tok, files, calib.CalibText, vocab, func(i int, s []int) (bool, error) {
+		ids[i] = s[:min(len(s), budget)]
+		order = append(order, i)
+		if held += len(ids[i]); held > 2*budget {
+			prune()
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, calib.Read{}, err
+	}
+	var chunks []calib.Chunk
+	for _, smp := range order {
+		chunks = append(chunks, calib.Chunk{Sample: smp, IDs: ids[smp]})
+	}
+	return selectChunks(chunks, budget, seqLen), rd, nil
 }
 
 // vanDerCorput is the base-2 radical inverse of i, in [0, 1).

@@ -190,10 +190,6 @@ const sequentialText = "true sequential: layer by layer, and inside a layer stag
 // prepare reads and tokenizes the calibration text and embeds it.
 func (r *run) prepare() error {
 	c, cfg := r.c, r.j.Model.Config
-	texts, sources, sum, err := calib.ReadTexts(c.Files)
-	if err != nil {
-		return err
-	}
 	tokJSON, ok := r.j.AuxFile("tokenizer.json")
 	if !ok {
 		return fmt.Errorf("calibration needs the model's tokenizer.json, which %s lacks (or --rtn for round to nearest)", r.j.Opt.Model)
@@ -202,11 +198,11 @@ func (r *run) prepare() error {
 	if err != nil {
 		return err
 	}
-	all, _, err := calib.Tokenize(tok, texts, c.SeqLen, cfg.VocabSize)
+	chunks, rd, err := ReadChunks(tok, c.Files, cfg.VocabSize, c.Budget, c.SeqLen)
 	if err != nil {
 		return err
 	}
-	r.chunks = selectChunks(all, c.Budget, c.SeqLen)
+	r.chunks = chunks
 	warn, err := calib.CheckTokens(r.chunks, unk, cfg.VocabSize)
 	if err != nil {
 		return err
@@ -223,7 +219,7 @@ func (r *run) prepare() error {
 	if tokens < int64(c.Budget) {
 		fmt.Fprintf(c.Log, "sparkconv: warning: the calibration text gives %d tokens, fewer than the budget of %d (--tokens): all of them are used; add samples for more\n", tokens, c.Budget)
 	}
-	r.cal = &convert.Calibration{Method: "gptq", Sources: sources, SHA256: sum, Samples: len(samples), Tokens: tokens,
+	r.cal = &convert.Calibration{Method: "gptq", Sources: rd.Sources, SHA256: rd.SHA256, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
 		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Kernels: kernels.Family(), Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{}}
 	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1, FamilyLinears: true}); err != nil {

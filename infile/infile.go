@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -18,12 +20,19 @@ import (
 // Caps on JSON inputs: far above any real file, far below what would
 // exhaust memory.
 const (
-	ConfigMax    = 4 << 20   // config.json, generation_config.json (real: ~2 KB)
-	IndexMax     = 64 << 20  // model.safetensors.index.json (real: ~30 KB to ~2 MB)
-	TokenizerMax = 512 << 20 // tokenizer.json (real: 2 to 30 MB)
-	ManifestMax  = 64 << 20  // an export's manifest.json
-	TextMax      = 1 << 30   // samples text and token-id files (real: KB to a few hundred MB)
-	CPUInfoMax   = 16 << 20  // a /proc/cpuinfo text (real: ~1 KB per core)
+	ConfigMax    = 4 << 20  // config.json, generation_config.json (real: ~2 KB)
+	IndexMax     = 64 << 20 // model.safetensors.index.json (real: ~30 KB to ~2 MB)
+	TokenizerMax = 64 << 20 // tokenizer.json (real: 2 to 33 MB; parsing costs ~10x its size)
+	ManifestMax  = 64 << 20 // an export's manifest.json
+	TextMax      = 1 << 30  // samples text and token-id files, streamed (real: KB to a few hundred MB)
+	CPUInfoMax   = 16 << 20 // a /proc/cpuinfo text (real: ~1 KB per core)
+	// EvalTextMax caps eval's --samples text, which is tokenized in one
+	// piece (the samples joined, as llama.cpp tokenizes its file):
+	// splitting it would change the tokens at the joins, so streaming
+	// cannot bound the tokenizer's memory (up to ~35 bytes a byte of
+	// text). 16 MiB give 4 to 10 million tokens, more than eval's cap of
+	// 2^21 (eval.MaxTokens) on every tokenizer tried.
+	EvalTextMax = 16 << 20
 )
 
 // Open opens path for reading. It refuses anything but a regular file
@@ -79,6 +88,24 @@ func ReadFile(path string, max int64) ([]byte, error) {
 	return data, err
 }
 
+// OpenCapped is Open for a file streamed by its reader: one larger than
+// max bytes is refused before anything is read, as ReadFile refuses it.
+func OpenCapped(path string, max int64) (*os.File, os.FileInfo, error) {
+	f, st, err := Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if st.Size() > max {
+		f.Close()
+		return nil, nil, tooLarge(path, st.Size(), max)
+	}
+	return f, st, nil
+}
+
+func tooLarge(path string, size, max int64) error {
+	return fmt.Errorf("%s: %d bytes, larger than the %s any real file of its kind needs", path, size, human(max))
+}
+
 // ReadStamped is ReadFile that also returns the file's Stamp.
 func ReadStamped(path string, max int64) ([]byte, Stamp, error) {
 	f, st, err := Open(path)
@@ -87,7 +114,7 @@ func ReadStamped(path string, max int64) ([]byte, Stamp, error) {
 	}
 	defer f.Close()
 	if st.Size() > max {
-		return nil, Stamp{}, fmt.Errorf("%s: %d bytes, larger than the %s any real file of its kind needs", path, st.Size(), human(max))
+		return nil, Stamp{}, tooLarge(path, st.Size(), max)
 	}
 	// One buffer of the stated size (plus one byte to see growth): no
 	// doubling copies, so a file near the cap costs its size in memory.
@@ -181,6 +208,42 @@ func (s Stamp) compare(st os.FileInfo) error {
 		return fmt.Errorf("%s: %w (size %d -> %d bytes); nothing written, run again", s.Path, ErrChanged, s.Size, now.Size)
 	case !now.ModTime.Equal(s.ModTime):
 		return fmt.Errorf("%s: %w (modified at %s); nothing written, run again", s.Path, ErrChanged, now.ModTime.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// StampFolder stamps what a model is read from in the folder dir: each
+// regular file at its top level (a link followed) whose name ends in .json
+// or .safetensors. CheckAll then tells whether any changed since.
+func StampFolder(dir string) ([]Stamp, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Stamp
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") && !strings.HasSuffix(name, ".safetensors") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if st.Mode().IsRegular() {
+			out = append(out, StampOf(p, st))
+		}
+	}
+	return out, nil
+}
+
+// CheckAll is Check of every stamp: the first change's error.
+func CheckAll(stamps []Stamp) error {
+	for _, s := range stamps {
+		if err := s.Check(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -58,6 +58,10 @@ type Measured struct {
 // record, and every unit's cost (costliest first).
 func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []Measured, error) {
 	t0 := time.Now()
+	stamps, err := infile.StampFolder(dir)
+	if err != nil {
+		return nil, nil, err
+	}
 	sm, err := spark.Open(dir)
 	if err != nil {
 		return nil, nil, err
@@ -98,7 +102,7 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 		}
 	}
 	slices.SortStableFunc(all, func(a, b Measured) int { return -cmpFloat(a.KLD, b.KLD) })
-	keep := &convert.KeepFloat{}
+	keep := &convert.KeepFloat{Stamps: stamps}
 	kept := []map[string]any{}
 	for _, x := range all[:o.Count] {
 		keep.Units = append(keep.Units, x.Unit)
@@ -115,7 +119,6 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 		"measured":  kept,
 		"calibration": map[string]any{"sources": sources, "sha256": sum, "tokens": tokens, "chunk_len": ChunkLen,
 			"scored_positions": r.scored, "score_stride": ScoreStride},
-		"seconds": math.Round(time.Since(t0).Seconds()*10) / 10,
 	}
 	r = nil
 	debug.FreeOSMemory() // the float32 layers go before the conversion starts
@@ -134,8 +137,10 @@ func cmpFloat(a, b float64) int {
 
 // text reads the calibration text: one chunk of ChunkLen tokens from the
 // start of each of Tokens/ChunkLen samples spread evenly over the text.
+// The samples are streamed twice: once to count them (the stride), then to
+// encode only the chosen ones.
 func text(sm *spark.Model, dir string, o Options) ([]calib.Chunk, []string, string, error) {
-	texts, sources, sum, err := calib.ReadTexts(o.Files)
+	counted, err := calib.EachSample(o.Files, calib.CalibText, func(calib.Text) error { return nil })
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -148,36 +153,64 @@ func text(sm *spark.Model, dir string, o Options) ([]calib.Chunk, []string, stri
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("%s: %w", tokPath, err)
 	}
-	all, _, err := calib.Tokenize(tok, texts, ChunkLen, sm.Config.VocabSize)
+	sp := newSpreader(counted.Samples, o.Tokens)
+	rd, err := calib.TokenizeEach(tok, o.Files, calib.CalibText, sm.Config.VocabSize, func(i int, ids []int) (bool, error) {
+		sp.offer(calib.Chunk{Sample: i, IDs: slices.Clone(ids[:min(len(ids), ChunkLen)])})
+		return sp.more(), nil
+	})
 	if err != nil {
 		return nil, nil, "", err
 	}
-	var firsts []calib.Chunk
-	for _, c := range all {
-		if c.Start == 0 {
-			firsts = append(firsts, c)
-		}
+	if rd.SHA256 != counted.SHA256 {
+		return nil, nil, "", fmt.Errorf("%s: changed while sparkconv was reading it; nothing written, run again", strings.Join(rd.Sources, ", "))
 	}
-	chunks := spread(firsts, o.Tokens)
-	if _, err := calib.CheckTokens(chunks, calib.UnkID(tokJSON, tok), sm.Config.VocabSize); err != nil {
+	if _, err := calib.CheckTokens(sp.out, calib.UnkID(tokJSON, tok), sm.Config.VocabSize); err != nil {
 		return nil, nil, "", err
 	}
-	return chunks, sources, sum, nil
+	return sp.out, rd.Sources, rd.SHA256, nil
 }
 
 // spread takes chunks at an even stride over firsts until tokens tokens.
 func spread(firsts []calib.Chunk, tokens int) []calib.Chunk {
-	want := max(1, (tokens+ChunkLen-1)/ChunkLen)
-	stride := max(1, float64(len(firsts))/float64(want))
-	var out []calib.Chunk
-	n := 0
-	for i := 0.0; int(i) < len(firsts) && n < tokens; i += stride {
-		c := firsts[int(i)]
-		c.IDs = c.IDs[:min(len(c.IDs), tokens-n)]
-		out = append(out, c)
-		n += len(c.IDs)
+	sp := newSpreader(len(firsts), tokens)
+	for _, c := range firsts {
+		if !sp.more() {
+			break
+		}
+		sp.offer(c)
 	}
-	return out
+	return sp.out
+}
+
+// spreader picks, of samples offered in order, those at an even stride
+// (the first chunk of each) until tokens tokens.
+type spreader struct {
+	samples, tokens, n int
+	stride, next       float64
+	offered            int
+	out                []calib.Chunk
+}
+
+func newSpreader(samples, tokens int) *spreader {
+	want := max(1, (tokens+ChunkLen-1)/ChunkLen)
+	return &spreader{samples: samples, tokens: tokens, stride: max(1, float64(samples)/float64(want))}
+}
+
+// more reports whether a later sample may still be picked.
+func (s *spreader) more() bool { return int(s.next) < s.samples && s.n < s.tokens }
+
+// offer gives the next sample's first chunk; it is kept (cut at the
+// budget) when the stride lands on it.
+func (s *spreader) offer(c calib.Chunk) {
+	i := s.offered
+	s.offered++
+	if i != int(s.next) || !s.more() {
+		return
+	}
+	c.IDs = c.IDs[:min(len(c.IDs), s.tokens-s.n)]
+	s.out = append(s.out, c)
+	s.n += len(c.IDs)
+	s.next += s.stride
 }
 
 // run is one measurement: the float model's layer inputs and reference

@@ -17,7 +17,12 @@ type File struct {
 	target string
 	force  bool
 	owner  Owner
+	guard  func() error
 }
+
+// Guard sets a check run once the file is complete, before it is moved
+// into place: its error (an input changed meanwhile) leaves nothing.
+func (f *File) Guard(check func() error) { f.guard = check }
 
 // NewFile checks that target may be written and returns it to be written
 // later: it must not be, lie inside or contain any of inputs, its parent
@@ -34,6 +39,13 @@ func NewFile(target string, force bool, owner Owner, inputs ...string) (*File, e
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	// The folder must take a new file now, not only after the work (a
+	// read-only file system, a folder without write permission).
+	p, err := f.Begin()
+	if err != nil {
+		return nil, err
+	}
+	p.Abort()
 	return f, nil
 }
 
@@ -65,39 +77,86 @@ func (f *File) check() error {
 // is fsynced. On any error, or an interrupt's AbortWriting, nothing is
 // left behind.
 func (f *File) Write(fill func(w *os.File) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(f.target), prefix(f.target, tmpTag))
+	p, err := f.Begin()
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", f.target, err)
-	}
-	name := tmp.Name()
-	writing.Lock()
-	writing.files[name] = true
-	writing.Unlock()
-	defer func() {
-		writing.Lock()
-		delete(writing.files, name)
-		writing.Unlock()
-	}()
-	if err := fill(tmp); err != nil { // fill's errors name what failed
-		tmp.Close()
-		os.Remove(name)
 		return err
 	}
-	err = tmp.Chmod(0o644 &^ Umask())
-	if err == nil {
-		err = tmp.Sync()
+	if err := fill(p.tmp); err != nil { // fill's errors name what failed
+		p.Abort()
+		return err
 	}
-	if cerr := tmp.Close(); err == nil {
+	return p.Commit()
+}
+
+// Pending is a File being written over the run of a command (a CPU
+// profile): a temporary file beside the target, locked and removed by
+// AbortWriting, until Commit moves it into place or Abort removes it.
+type Pending struct {
+	f   *File
+	tmp *os.File
+}
+
+// Begin creates the temporary file Write fills.
+func (f *File) Begin() (*Pending, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(f.target), prefix(f.target, tmpTag))
+	if err != nil {
+		return nil, fmt.Errorf("writing %s: %w", f.target, err)
+	}
+	if err := lockFile(tmp); err != nil { // released when tmp is closed
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, fmt.Errorf("writing %s: %w", f.target, err)
+	}
+	writing.Lock()
+	writing.files[tmp.Name()] = true
+	writing.Unlock()
+	return &Pending{f: f, tmp: tmp}, nil
+}
+
+// File is the temporary file to write.
+func (p *Pending) File() *os.File { return p.tmp }
+
+func (p *Pending) forget() {
+	writing.Lock()
+	delete(writing.files, p.tmp.Name())
+	writing.Unlock()
+}
+
+// Abort removes the temporary file.
+func (p *Pending) Abort() {
+	p.forget()
+	p.tmp.Close()
+	os.Remove(p.tmp.Name())
+}
+
+// Commit fsyncs the temporary file, checks the target again and renames
+// the file into place, then fsyncs the parent folder; on error nothing is
+// left behind.
+func (p *Pending) Commit() error {
+	defer p.forget()
+	name := p.tmp.Name()
+	err := p.tmp.Chmod(0o644 &^ Umask())
+	if err == nil {
+		err = p.tmp.Sync()
+	}
+	if err == nil && p.f.guard != nil {
+		if err = p.f.guard(); err != nil {
+			p.tmp.Close()
+			os.Remove(name)
+			return err // the guard's error names what changed
+		}
+	}
+	if err == nil {
+		err = p.f.place(name) // still locked: a sweeper leaves it alone
+	}
+	if cerr := p.tmp.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = f.place(name)
 	}
 	if err != nil {
 		os.Remove(name)
-		return fmt.Errorf("writing %s: %w", f.target, err)
+		return fmt.Errorf("writing %s: %w", p.f.target, err)
 	}
-	return syncPath(filepath.Dir(f.target))
+	return syncPath(filepath.Dir(p.f.target))
 }
 
 // WriteBytes writes data as the file.
@@ -114,6 +173,13 @@ func (f *File) WriteBytes(data []byte) error {
 // file that appeared meanwhile without force, and with force only over
 // one the owner recognises.
 func (f *File) place(tmp string) error {
+	writing.Lock()
+	stopped := writing.stopped
+	delete(writing.files, tmp) // AbortWriting leaves it to this rename now
+	writing.Unlock()
+	if stopped {
+		return ErrInterrupted
+	}
 	if err := f.check(); err != nil {
 		return err
 	}

@@ -7,7 +7,12 @@
 // system cannot exchange, a two-step replace marks each step in the
 // temporary folders' names and the next run completes a step a crash
 // interrupted. An output that is an input, lies inside one or contains one
-// is refused, with or without --force. Folders honour the umask.
+// (a folder input's links followed) is refused, with or without --force.
+// Commit marks every folder as sparkconv's (MarkerName), and --force
+// replaces only a marked one. Temporary folders and files are locked
+// while in use, so a later run removes only those whose writer is gone.
+// After Interrupt nothing more is moved into place. Folders honour the
+// umask.
 package outdir
 
 import (
@@ -44,6 +49,7 @@ type Dir struct {
 	force  bool
 	owner  Owner
 	done   bool
+	lock   *os.File // tmp's lock, held until Commit or Abort
 }
 
 // Create starts building the folder target. It refuses an existing target
@@ -82,7 +88,12 @@ func CreateOwned(target string, force bool, owner Owner, inputs ...string) (*Dir
 		os.Remove(tmp)
 		return nil, err
 	}
-	d := &Dir{target: target, tmp: tmp, force: force, owner: owner}
+	lock, err := lockPath(tmp)
+	if err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	d := &Dir{target: target, tmp: tmp, force: force, owner: owner, lock: lock}
 	writing.Lock()
 	writing.dirs[d] = true
 	writing.Unlock()
@@ -110,12 +121,14 @@ func checkPlace(what, target string, inputs []string) (string, error) {
 }
 
 // writing holds the folders this process is writing: created, not yet
-// being committed, not aborted.
+// being committed, not aborted; and whether Interrupt was called.
 var writing = struct {
 	sync.Mutex
-	dirs  map[*Dir]bool
-	files map[string]bool // temporary files of File.Write
-}{dirs: map[*Dir]bool{}, files: map[string]bool{}}
+	dirs    map[*Dir]bool
+	files   map[string]bool // temporary files of File.Write
+	scratch map[*Scratch]bool
+	stopped bool
+}{dirs: map[*Dir]bool{}, files: map[string]bool{}, scratch: map[*Scratch]bool{}}
 
 func (d *Dir) stopWriting() {
 	writing.Lock()
@@ -123,12 +136,32 @@ func (d *Dir) stopWriting() {
 	writing.Unlock()
 }
 
-// AbortWriting removes every temporary folder this process is still
-// writing, for a process that must exit before its commands could clean
-// up (an interrupt's grace period expired during a long computation). A
-// folder whose Commit has begun is left to it (or, if the process dies
-// mid-commit, to the next run's recovery). Writers still running lose
-// their files with the folder; their Commit then fails.
+// beginCommit takes d off the folders AbortWriting removes, unless an
+// interrupt came first.
+func (d *Dir) beginCommit() error {
+	writing.Lock()
+	defer writing.Unlock()
+	if writing.stopped {
+		return ErrInterrupted
+	}
+	delete(writing.dirs, d)
+	return nil
+}
+
+func (d *Dir) unlock() {
+	if d.lock != nil {
+		d.lock.Close()
+		d.lock = nil
+	}
+}
+
+// AbortWriting removes every temporary folder and file this process is
+// still writing, and its Scratch folders, for a process that must exit
+// before its commands could clean up (an interrupt's grace period expired
+// during a long computation, or a second signal). A folder whose Commit
+// has begun is left to it (or, if the process dies mid-commit, to the
+// next run's recovery). Writers still running lose their files with the
+// folder; their Commit then fails.
 func AbortWriting() {
 	writing.Lock()
 	defer writing.Unlock()
@@ -140,6 +173,10 @@ func AbortWriting() {
 		_ = os.Remove(name)
 		delete(writing.files, name)
 	}
+	for s := range writing.scratch {
+		s.remove()
+		delete(writing.scratch, s)
+	}
 }
 
 func prefix(target, tag string) string {
@@ -147,7 +184,9 @@ func prefix(target, tag string) string {
 }
 
 // CheckDisjoint refuses an output path that is one of inputs, lies inside
-// one, or contains one (symlinks resolved, so a link to the input counts).
+// one, or contains one (symlinks resolved, so a link to the input counts,
+// and so does what the links inside an input folder point to: a Hugging
+// Face cache snapshot's files live in the cache's blobs folder).
 func CheckDisjoint(out string, inputs ...string) error {
 	o, err := realPath(out)
 	if err != nil {
@@ -161,14 +200,31 @@ func CheckDisjoint(out string, inputs ...string) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case o == i:
-			return fmt.Errorf("%w: %s is the input %s itself; choose another output", ErrOverlap, out, in)
-		case within(o, i):
-			return fmt.Errorf("%w: %s lies inside the input %s; choose an output outside it", ErrOverlap, out, in)
-		case within(i, o):
-			return fmt.Errorf("%w: %s contains the input %s; replacing it would delete the input", ErrOverlap, out, in)
+		if err := disjoint(out, o, in, i); err != nil {
+			return err
 		}
+		if st, err := os.Stat(i); err != nil || !st.IsDir() {
+			continue
+		}
+		for link, target := range linkTargets(i) {
+			name := fmt.Sprintf("%s (a link to %s)", filepath.Join(in, strings.TrimPrefix(link, i+string(filepath.Separator))), target)
+			if err := disjoint(out, o, name, target); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// disjoint refuses out (resolved: o) against the input in (resolved: i).
+func disjoint(out, o, in, i string) error {
+	switch {
+	case o == i:
+		return fmt.Errorf("%w: %s is the input %s itself; choose another output", ErrOverlap, out, in)
+	case within(o, i):
+		return fmt.Errorf("%w: %s lies inside the input %s; choose an output outside it", ErrOverlap, out, in)
+	case within(i, o):
+		return fmt.Errorf("%w: %s contains the input %s; replacing it would delete the input", ErrOverlap, out, in)
 	}
 	return nil
 }
@@ -200,10 +256,12 @@ func realPath(p string) (string, error) {
 	return filepath.Join(rp, filepath.Base(abs)), nil
 }
 
-// stale is a folder beside the target left by a process that is gone.
+// stale is a folder beside the target left by a process that is gone,
+// with its lock.
 type stale struct {
 	path string
 	tag  string
+	lock *os.File
 }
 
 // recoverStale finishes what killed runs left: a target missing after the
@@ -218,16 +276,14 @@ func recoverStale(parent, base string) {
 	var found []stale
 	for _, e := range entries {
 		for _, tag := range []string{tmpTag, newTag, oldTag} {
-			rest, ok := strings.CutPrefix(e.Name(), "."+base+tag)
+			pid, ok := leftoverPID(e.Name(), "."+base+tag)
 			if !ok {
 				continue
 			}
-			pidStr, _, _ := strings.Cut(rest, "-")
-			pid, err := strconv.Atoi(pidStr)
-			if err != nil || pid == os.Getpid() || processAlive(pid) {
-				continue
+			p := filepath.Join(parent, e.Name())
+			if lock := abandoned(p, pid); lock != nil {
+				found = append(found, stale{p, tag, lock})
 			}
-			found = append(found, stale{filepath.Join(parent, e.Name()), tag})
 		}
 	}
 	target := filepath.Join(parent, base)
@@ -243,9 +299,12 @@ func recoverStale(parent, base string) {
 	}
 	for _, s := range found {
 		_ = os.RemoveAll(s.path)
+		s.lock.Close()
 	}
 }
 
+// processAlive reports whether process pid exists in this PID namespace
+// (a live writer elsewhere still holds its lock).
 func processAlive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
@@ -291,7 +350,13 @@ func (d *Dir) Commit() error {
 	if d.done {
 		return errors.New("output already committed or aborted")
 	}
-	d.stopWriting()
+	if err := d.beginCommit(); err != nil {
+		return err
+	}
+	defer d.unlock()
+	if err := writeMarker(d.tmp); err != nil {
+		return fmt.Errorf("marking %s as sparkconv's: %w", d.target, err)
+	}
 	if err := syncTree(d.tmp); err != nil {
 		return fmt.Errorf("fsync %s: %w", d.tmp, err)
 	}
@@ -340,6 +405,9 @@ func (d *Dir) twoStep() error {
 		return err
 	}
 	d.tmp = newPath // Abort removes it if a later step fails
+	if old, err := lockPath(d.target); err == nil {
+		defer old.Close() // the old output stays locked while set aside
+	}
 	steps := []struct {
 		name string
 		fn   func() error
@@ -351,7 +419,7 @@ func (d *Dir) twoStep() error {
 		if crashAt != nil {
 			if err := crashAt(s.name); err != nil {
 				d.done = true // a crash leaves everything as it is
-				return err
+				return err    // and its locks go with the process
 			}
 		}
 		if err := s.fn(); err != nil {
@@ -374,6 +442,7 @@ func (d *Dir) Abort() {
 	d.done = true
 	d.stopWriting()
 	_ = os.RemoveAll(d.tmp)
+	d.unlock()
 }
 
 func syncTree(root string) error {

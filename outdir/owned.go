@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"sparkconv/infile"
@@ -16,34 +15,9 @@ import (
 // replaces only what an Owner accepts.
 type Owner func(path string) error
 
-// markerMax caps the JSON files read to recognise an output folder: every
-// file sparkconv writes to mark its outputs is far smaller.
+// markerMax caps the JSON file SparkconvJSON reads: every report
+// sparkconv writes is far smaller.
 const markerMax = 4 << 20
-
-// SparkconvFolder is the Owner of output folders: a folder holding, at its
-// top level, a JSON file whose object names sparkconv ("tool" or
-// "producer" is "sparkconv", or "format" begins with "sparkconv"), as
-// every build's sparkconv-report.json, an export's manifest.json, a
-// calibration's summary.json and a bundle's bundle.json do.
-func SparkconvFolder(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || !strings.EqualFold(filepath.Ext(e.Name()), ".json") {
-			continue
-		}
-		if info, err := e.Info(); err != nil || info.Size() > markerMax {
-			continue
-		}
-		data, err := infile.ReadFile(filepath.Join(dir, e.Name()), markerMax)
-		if err == nil && namesSparkconv(data) {
-			return nil
-		}
-	}
-	return errors.New("no JSON file in it names sparkconv as its writer")
-}
 
 // SparkconvJSON is the Owner of a JSON file that names sparkconv as its
 // writer (a build's sparkconv-report.json).

@@ -11,29 +11,57 @@ import (
 // anyFolder accepts every folder: for the tests of the replace itself.
 func anyFolder(string) error { return nil }
 
-// TestForceReplacesOnlyOwn: --force replaces a folder SparkconvFolder
-// recognises and refuses, by name, a plain file, a symbolic link and a
-// folder no JSON file of which names sparkconv; the refused one is left
-// as it was.
+// TestForceReplacesOnlyOwn: --force replaces a folder Commit marked and
+// refuses, by name, a plain file, a symbolic link, a folder without the
+// marker (whatever JSON it holds: a saved --json document names sparkconv
+// too), a folder whose marker is a link or not a marker, and a fixture
+// (for every command but fixture's own); the refused one is left as it
+// was.
 func TestForceReplacesOnlyOwn(t *testing.T) {
+	committed := func(command string) func(p string) {
+		return func(p string) {
+			SetCommand(command)
+			defer SetCommand("sparkconv")
+			d, err := Create(p, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, d, "report.json", `{"tool": "sparkconv"}`)
+			if err := d.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	noMarker := "holds no " + MarkerName + " marker"
 	for _, c := range []struct {
 		name, refusal string
+		owner         Owner
 		make          func(p string)
 	}{
-		{"build", "", func(p string) { mk(t, p, "sparkconv-report.json", `{"tool": "sparkconv", "scheme": "w8a8"}`) }},
-		{"export", "", func(p string) {
-			mk(t, p, "manifest.json", `{"format": "spark-onnx-decode-step", "producer": "sparkconv"}`)
+		{"build", "", SparkconvFolder, committed("w8a8")},
+		{"export", "", SparkconvFolder, committed("export-onnx")},
+		{"fixture by fixture", "", FolderOf(FixtureCommand), committed(FixtureCommand)},
+		{"fixture by a build", "makes it a fixture", SparkconvFolder, committed(FixtureCommand)},
+		{"build by fixture", "names the w8a8 command, not fixture", FolderOf(FixtureCommand), committed("w8a8")},
+		{"plain file", "is a file, not a folder", SparkconvFolder, func(p string) { os.WriteFile(p, []byte("mine"), 0o644) }},
+		{"symlink", "is a symbolic link", SparkconvFolder, func(p string) { os.Symlink(os.TempDir(), p) }},
+		{"foreign folder", noMarker, SparkconvFolder, func(p string) { mk(t, p, "config.json", `{"model_type": "spark2_5"}`) }},
+		{"saved --json", noMarker, SparkconvFolder, func(p string) {
+			mk(t, p, "result.json", `{"tool": "sparkconv", "scheme": "w8a8"}`)
+			mk(t, p, "notes.txt", "mine")
 		}},
-		{"calibration", "", func(p string) { mk(t, p, "summary.json", `{"format": "sparkconv-calibration"}`) }},
-		{"plain file", "is a file, not a folder", func(p string) { os.WriteFile(p, []byte("mine"), 0o644) }},
-		{"symlink", "is a symbolic link", func(p string) { os.Symlink(os.TempDir(), p) }},
-		{"foreign folder", "no JSON file in it names sparkconv", func(p string) { mk(t, p, "config.json", `{"model_type": "spark2_5"}`) }},
-		{"other tool", "no JSON file in it names sparkconv", func(p string) { mk(t, p, "report.json", `{"tool": "other"}`) }},
+		{"marker link", "is not a marker sparkconv writes", SparkconvFolder, func(p string) {
+			committed("w8a8")(p + "-real")
+			mk(t, p, "notes.txt", "mine")
+			os.Symlink(filepath.Join(p+"-real", MarkerName), filepath.Join(p, MarkerName))
+		}},
+		{"not a marker", "is not a marker sparkconv writes", SparkconvFolder, func(p string) { mk(t, p, MarkerName, `{"tool": "sparkconv"}`) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			target := filepath.Join(t.TempDir(), "out")
 			c.make(target)
-			d, err := Create(target, true)
+			before := names(t, filepath.Dir(target))
+			d, err := CreateOwned(target, true, c.owner)
 			if c.refusal == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -50,10 +78,35 @@ func TestForceReplacesOnlyOwn(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.refusal) || !strings.Contains(err.Error(), target) {
 				t.Fatalf("want a refusal naming %s (%q), got %v", target, c.refusal, err)
 			}
-			if entries, _ := os.ReadDir(filepath.Dir(target)); len(entries) != 1 {
-				t.Errorf("left beside it: %v", entries)
+			if got := names(t, filepath.Dir(target)); len(got) != len(before) {
+				t.Errorf("left beside it: %v", got)
 			}
 		})
+	}
+}
+
+// TestMarker: Commit writes one marker per folder, naming the command,
+// the same bytes every time.
+func TestMarker(t *testing.T) {
+	SetCommand("calibrate")
+	defer SetCommand("sparkconv")
+	var all []string
+	for _, name := range []string{"a", "b"} {
+		d, err := Create(filepath.Join(t.TempDir(), name), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		m, err := readMarker(d.Target())
+		if err != nil || m.Command != "calibrate" || m.Format != markerFormat {
+			t.Fatalf("marker %+v, %v", m, err)
+		}
+		all = append(all, read(t, filepath.Join(d.Target(), MarkerName)))
+	}
+	if all[0] != all[1] || all[0] != `{"format":"sparkconv-output/1","command":"calibrate"}`+"\n" {
+		t.Errorf("markers %q", all)
 	}
 }
 

@@ -94,7 +94,7 @@ func TestForceExchangesAtomically(t *testing.T) {
 		if got := names(t, parent); len(got) != 1 {
 			t.Fatalf("leftovers after commit %d: %v", i, got)
 		}
-		if got := names(t, target); len(got) != 2 {
+		if got := names(t, target); len(got) != 3 || got[0] != MarkerName {
 			t.Fatalf("old files kept: %v", got)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"sparkconv/calib"
-	"sparkconv/fixtures/corpus"
 	"sparkconv/forward"
 	"sparkconv/kernels"
 	"sparkconv/onnxgraph"
@@ -39,6 +38,7 @@ type Options struct {
 	HeldOut            int     // held-out positions simulated: 0..HeldOut-1 of the held-out text (0: DefaultHeldOut, at most the export's context)
 	HeldOutSamples     string  // held-out text file; "": the built-in held-out text
 	Observe            int     // positions whose activations set the ranges
+	ObserveGiven       bool    // Observe was asked for (--observe): past the export's context it is refused
 	MaskClip           float64 // low end of the attention mask's encoding
 	Headroom           float64 // factor widening each 16-bit activation's observed range
 	ORTLib             string  // libonnxruntime.so ("": ortrun.FindORTLib's search)
@@ -84,6 +84,9 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.HeldOut == 0 {
 		o.HeldOut = min(DefaultHeldOut, man.Context)
 	}
+	if o.ObserveGiven && o.Observe > man.Context { // as --held-out: refused, never lowered
+		return nil, fmt.Errorf("--observe %d: the export's context holds %d positions", o.Observe, man.Context)
+	}
 	tok, unk, err := calib.LoadTokenizer(o.Model)
 	if err != nil {
 		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
@@ -111,7 +114,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		return nil, err
 	}
 	traced := time.Since(start)
-	d, err := outdir.Create(o.Out, o.Force, o.Model, o.Export, o.Samples)
+	d, err := outdir.Create(o.Out, o.Force, o.Model, o.Export, o.Samples, o.HeldOutSamples, lib)
 	if err != nil {
 		return nil, err
 	}
@@ -165,15 +168,11 @@ func (o Options) text(tok *tokenizer.Tokenizer, unk, vocab, context, window int)
 	if o.Samples != "" {
 		files = []string{o.Samples}
 	}
-	texts, sources, textSHA, err := calib.ReadTexts(files)
+	ids, rd, err := calib.StreamPrefix(tok, files, calib.CalibText, context, vocab)
 	if err != nil {
 		return nil, nil, err
 	}
-	ids, err := calib.Stream(tok, texts, context, vocab)
-	if err != nil {
-		return nil, nil, err
-	}
-	source := sources[0]
+	source := rd.Sources[0]
 	lenWarn, lenErr := CheckTextLength(len(ids), context, window, o.AllowShort)
 	warn, varErr := calib.CheckVariety([]calib.Chunk{{IDs: ids}}, unk, vocab)
 	if err := errors.Join(lenErr, varErr); err != nil {
@@ -184,7 +183,7 @@ func (o Options) text(tok *tokenizer.Tokenizer, unk, vocab, context, window int)
 			fmt.Fprintf(o.Log, "sparkconv: warning: %s: %s\n", source, w)
 		}
 	}
-	b := &Bundle{Calibration: BundleCalibration{Source: source, TextSHA256: textSHA, Samples: len(texts), Tokens: len(ids)}}
+	b := &Bundle{Calibration: BundleCalibration{Source: source, TextSHA256: rd.SHA256, Samples: rd.Samples, Tokens: len(ids)}}
 	return b, ids, nil
 }
 
@@ -197,18 +196,14 @@ func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int
 	if o.HeldOutSamples != "" {
 		files = []string{o.HeldOutSamples}
 	}
-	texts, sources, sha, err := calib.ReadTextsOr(files, corpus.HeldOut, corpus.HeldOutName)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := calib.Stream(tok, texts, o.HeldOut, vocab)
+	ids, rd, err := calib.StreamPrefix(tok, files, calib.HeldOutText, o.HeldOut, vocab)
 	if err != nil {
 		return nil, err
 	}
 	if err := CheckHeldOut(len(ids), o.HeldOut, context); err != nil {
-		return nil, fmt.Errorf("%s: %w", sources[0], err)
+		return nil, fmt.Errorf("%s: %w", rd.Sources[0], err)
 	}
-	b.Calibration.HeldOutSource, b.Calibration.HeldOutSHA256 = sources[0], sha
+	b.Calibration.HeldOutSource, b.Calibration.HeldOutSHA256 = rd.Sources[0], rd.SHA256
 	return ids, nil
 }
 

@@ -2,13 +2,16 @@ package rotate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 
 	"sparkconv/convert"
 	"sparkconv/dtype"
 	"sparkconv/forward"
+	"sparkconv/infile"
 	"sparkconv/kernels"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
@@ -30,6 +33,9 @@ type Options struct {
 
 // Run writes the rotated checkpoint of o.Model into o.Out.
 func Run(ctx context.Context, o Options) (*convert.Report, error) {
+	if err := notRotated(o.Model); err != nil {
+		return nil, err
+	}
 	// Every read goes through Model.Raw, which refuses NaN/Inf itself, so
 	// the up-front scan (one more read of every weight) is skipped.
 	j, err := convert.StartAsRead(ctx, o.Options, "rotate")
@@ -85,6 +91,26 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 		return nil, err
 	}
 	return j.Report, nil
+}
+
+// notRotated refuses a checkpoint whose config.json records a rotation
+// already: rotating it again would replace that record, and with it what
+// every build made from it says was done.
+func notRotated(dir string) error {
+	data, err := infile.ReadFile(filepath.Join(dir, "config.json"), infile.ConfigMax)
+	if err != nil {
+		return err
+	}
+	var c map[string]json.RawMessage
+	if json.Unmarshal(data, &c) != nil || c[ConfigKey] == nil {
+		return nil // LoadConfig names what is wrong with it
+	}
+	var r struct {
+		Kind string `json:"kind"`
+		Seed uint64 `json:"seed"`
+	}
+	_ = json.Unmarshal(c[ConfigKey], &r)
+	return fmt.Errorf("%s is already rotated (config.json records %s: %s, seed %d): rotating it again would replace that record; rotate the original checkpoint instead", dir, ConfigKey, r.Kind, r.Seed)
 }
 
 // meta is the rotation as config.json and the report record it.
@@ -220,6 +246,10 @@ func (w *writer) out(name, from string, rowwise bool, f func(v []float32, r0, ro
 					return nil, err
 				}
 				res = append(res, b...)
+			}
+			// Weights near their dtype's largest value can sum past it.
+			if err := safetensors.CheckFinite(safetensors.TensorInfo{Name: name, DType: dt, Shape: info.Shape}, res); err != nil {
+				return nil, fmt.Errorf("%w after the rotation: the rotated weights pass %s's range; nothing written", err, dt)
 			}
 			return res, nil
 		},

@@ -69,20 +69,15 @@ func (s *smoothed) meta(o Smoothing) map[string]any {
 // down_proj will have (the scales weigh its columns' maxima, not the
 // input's).
 func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32) (*smoothed, error) {
-	texts, sources, sum, err := calib.ReadTexts(o.Files)
-	if err != nil {
-		return nil, err
-	}
 	tok, unk, err := calib.LoadTokenizer(dir)
 	if err != nil {
 		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
 	}
 	c := sm.Config
-	chunks, _, err := calib.Tokenize(tok, texts, o.SeqLen, c.VocabSize)
+	chunks, tokens, rd, err := calib.PrefixChunks(tok, o.Files, calib.CalibText, o.Tokens, o.SeqLen, c.VocabSize)
 	if err != nil {
 		return nil, err
 	}
-	chunks, tokens := calib.Prefix(chunks, o.Tokens)
 	warn, err := calib.CheckTokens(chunks, unk, c.VocabSize)
 	if err != nil {
 		return nil, err
@@ -100,7 +95,7 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 			return nil, err
 		}
 	}
-	out := &smoothed{sources: sources, sha256: sum, tokens: tokens}
+	out := &smoothed{sources: rd.Sources, sha256: rd.SHA256, tokens: tokens}
 	for i := range c.NumLayers {
 		obs := &actRows{actMax: actMax{max: make([]float64, c.IntermediateSize)}, keep: o.Auto}
 		for k, ch := range chunks {

@@ -60,13 +60,32 @@ func OpenDir(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// oneLayout refuses a folder holding both model.safetensors and an index
+// naming other shards: transformers loads the single file, vLLM the shards
+// the index names, so the consumers would run different weights.
+func oneLayout(dir string, idx *Index) error {
+	if _, err := os.Lstat(filepath.Join(dir, SingleFile)); err != nil {
+		return nil
+	}
+	for _, shard := range idx.WeightMap {
+		if shard != SingleFile {
+			return fmt.Errorf("%s holds both %s and %s naming other shards (%s): transformers loads %s, vLLM the shards, so which weights run would depend on the consumer; remove the one that is not the model", dir, SingleFile, IndexFile, shard, SingleFile)
+		}
+	}
+	return nil
+}
+
 // ParseIndex parses index JSON and checks each shard name is a plain file
 // name (no separators, no "..", not absolute). path names the file in errors.
+// Anything but white space after the JSON object is refused.
 func ParseIndex(data []byte, path string) (*Index, error) {
 	var idx Index
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	if err := dec.Decode(&idx); err != nil {
 		return nil, fmt.Errorf("%s: invalid JSON: %w", path, err)
+	}
+	if off := dec.InputOffset(); strings.TrimSpace(string(data[off:])) != "" {
+		return nil, fmt.Errorf("%s: invalid JSON: data after the index object at byte %d", path, off)
 	}
 	if idx.WeightMap == nil {
 		return nil, fmt.Errorf("%s: missing weight_map", path)
@@ -98,6 +117,9 @@ func openIndexed(dir, idxPath string) (*Checkpoint, error) {
 	}
 	idx, err := ParseIndex(data, idxPath)
 	if err != nil {
+		return nil, err
+	}
+	if err := oneLayout(dir, idx); err != nil {
 		return nil, err
 	}
 	c := &Checkpoint{Dir: dir, byName: map[string]*File{}}

@@ -101,9 +101,21 @@ var sizeLimits = map[string]int{
 // MaxLayers caps num_hidden_layers.
 const MaxLayers = 1 << 12
 
-// MaxPositions caps max_position_embeddings, sliding_window and every
-// context length (2^30 tokens).
+// MaxPositions caps max_position_embeddings and sliding_window (2^30
+// tokens).
 const MaxPositions = 1 << 30
+
+// MaxContext caps every context a command runs or exports (export-onnx
+// --context, eval --ctx): 16384 tokens, four times the 4096 AI Hub's LLM
+// exports use by default. The advertised max_position_embeddings (1048576
+// on Spark-X2.5) sizes nothing: the decode-step graphs' full-attention
+// caches alone take context x 28 KiB on Spark in float32, 448 MiB at
+// 16384, and eval's window and qnn-bundle's captures grow with it too
+// (1.2 GB on the tiny fixture at 16384, 2.5 GB at 32768).
+const MaxContext = 1 << 14
+
+// MaxContextWhy is the reason MaxContext gives in messages.
+const MaxContextWhy = "no deployment needs more: AI Hub's LLM exports use 4096; Spark's full-attention caches take 28 KiB a position in float32, 448 MiB at 16384"
 
 // rawConfig mirrors config.json with pointers, to tell absent from zero.
 type rawConfig struct {

@@ -210,6 +210,16 @@ func (s *scanner) integer() (int, error) {
 	return int(n), nil
 }
 
+// MaxVocab caps a tokenizer's vocabulary and merges: no model's vocabulary
+// comes near it (Spark-X2.5's has 131072 tokens, the largest public ones
+// 262144), and a tokenizer.json past it only costs memory.
+const MaxVocab = 1 << 20
+
+// errVocabCap refuses a list past MaxVocab entries.
+func errVocabCap(what string) error {
+	return fmt.Errorf("more than %d %s: no model's vocabulary is that large (Spark-X2.5's has 131072 tokens)", MaxVocab, what)
+}
+
 // vocab reads the model's token -> id object.
 func (s *scanner) vocab() (map[string]int, error) {
 	raw, err := s.skipValue()
@@ -217,8 +227,11 @@ func (s *scanner) vocab() (map[string]int, error) {
 		return nil, err
 	}
 	sub := scanner{data: raw}
-	v := make(map[string]int, strings.Count(raw, ",")+1)
+	v := make(map[string]int, min(strings.Count(raw, ",")+1, MaxVocab))
 	err = sub.object(func(key string) error {
+		if len(v) >= MaxVocab {
+			return errVocabCap("tokens")
+		}
 		id, err := sub.integer()
 		v[key] = id
 		return err
@@ -235,6 +248,9 @@ func (s *scanner) vocab() (map[string]int, error) {
 func (s *scanner) merges() ([][2]string, error) {
 	out := [][2]string{}
 	err := s.array(func(i int) error {
+		if i >= MaxVocab {
+			return errVocabCap("merges")
+		}
 		if s.peek() == '[' {
 			var pair [2]string
 			n := 0

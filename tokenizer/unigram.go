@@ -30,6 +30,9 @@ func newUnigram(f modelFields, raw json.RawMessage) (*unigram, error) {
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return nil, fmt.Errorf("model Unigram: vocab: want [[token, score], ...]: %w", err)
 	}
+	if len(list) > MaxVocab {
+		return nil, fmt.Errorf("model Unigram: vocab: %w", errVocabCap("pieces"))
+	}
 	vocab := make(map[string]int, len(list))
 	m := &unigram{unkID: -1, byteFallback: f.ByteFallback, scores: make([]float64, len(list))}
 	minScore := math.Inf(1)

@@ -56,8 +56,11 @@ func (c *convertFlags) begin(cmd *cobra.Command, inputs ...string) (convert.Opti
 	if err != nil {
 		return opt, err
 	}
-	if err := c.gate.check(cmd); err != nil {
+	if err := c.gate.check(cmd, opt.Model); err != nil {
 		return opt, err
+	}
+	if c.gate.text != builtinText {
+		warnSameText(cmd, "--eval", c.gate.text, inputs)
 	}
 	opt.Inputs = append(opt.Inputs, inputs...)
 	return opt, nil
@@ -123,7 +126,7 @@ config.
 // may do its own work first: --keep-float's measurement), convert.Convert,
 // then the fidelity gate and print (finish) of the report and the output
 // folder.
-func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, format func(convert.Options) (convert.Format, error), print func(r *convert.Report, out string) error) error {
+func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, format func(*convert.Options) (convert.Format, error), print func(r *convert.Report, out string) error) error {
 	opt, err := c.begin(cmd, k.c.Files...)
 	if err != nil {
 		return err
@@ -132,7 +135,7 @@ func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, format f
 	if err != nil {
 		return err
 	}
-	f, err := format(opt)
+	f, err := format(&opt)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"sparkconv/eval"
 	"sparkconv/eval/evalort"
+	"sparkconv/ortrun"
 	"sparkconv/outdir"
 	"sparkconv/spark"
 )
@@ -39,7 +41,7 @@ func (e *evalFlags) register(cmd *cobra.Command) {
 	f.IntVar(&e.threads, "threads", 1, "with --export: ONNX Runtime intra-op threads (0: its default); one decode step is small, so 1 is fastest on small models")
 	freeForm(cmd, "base", "model", "samples", "ids", "base-logits", "report", "export", "ort-lib")
 	intIn(cmd, "threads", 0, 1024)
-	intIn(cmd, "ctx", 4, spark.MaxPositions)
+	intIn(cmd, "ctx", 4, spark.MaxContext).why(spark.MaxContextWhy)
 	intIn(cmd, "greedy", 0, 1<<16)
 	intIn(cmd, "gen-tokens", 1, 1<<20)
 }
@@ -94,7 +96,10 @@ disjoint from the calibration corpus).`,
 			if err := ef.check(true); err != nil {
 				return err
 			}
-			r, err := runEval(&ef)
+			if err := onlyWith(cmd, ef.export != "", "--export", "ort-lib", "threads"); err != nil {
+				return err
+			}
+			r, err := runEval(cmd.Context(), &ef)
 			if err != nil {
 				return err
 			}
@@ -109,9 +114,16 @@ disjoint from the calibration corpus).`,
 	rootCmd.AddCommand(cmd)
 }
 
-// runEval scores ef.model (or ef.export) against ef.base.
-func runEval(ef *evalFlags) (*eval.Result, error) {
+// runEval scores ef.model (or ef.export) against ef.base; a cancelled ctx
+// stops it.
+func runEval(ctx context.Context, ef *evalFlags) (*eval.Result, error) {
+	ef.opt.Context = ctx
 	inputs := []string{ef.base, ef.model, ef.export, ef.samples, ef.ids}
+	if ef.export != "" { // ONNX Runtime's library is read too
+		if lib, err := ortrun.FindORTLib(ef.ortLib); err == nil {
+			inputs = append(inputs, lib)
+		}
+	}
 	if err := checkEvalOutputs(ef, inputs); err != nil {
 		return nil, err
 	}

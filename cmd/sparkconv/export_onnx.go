@@ -57,7 +57,7 @@ the bytes are identical on every run.`,
 	fl.BoolVar(&f.noLint, "no-lint", false, "skip the QNN lint")
 	freeForm(cmd, "model", "out")
 	oneOf(cmd, "layout", "auto", "ring", "roll")
-	intIn(cmd, "context", 2, spark.MaxPositions)
+	intIn(cmd, "context", 2, spark.MaxContext).why(spark.MaxContextWhy)
 	oneOf(cmd, "dtype", "fp32", "float32", "fp16", "float16")
 	oneOf(cmd, "granularity", "layer", "block")
 	oneOf(cmd, "gelu", "erf", "tanh").unset()

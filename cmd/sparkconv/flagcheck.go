@@ -7,7 +7,7 @@ package main
 //	floatIn(cmd, "eps", 0, 1)              a finite number in [lo, hi]
 //	oneOf(cmd, "dtype", "fp32", "fp16")    one of the listed words
 //	sizeIn(cmd, "max-shard-size", 1, 1e15) a byte count with a unit, or 0
-//	freeForm(cmd, "model")                 a path or text: any value
+//	freeForm(cmd, "model")                 a path or text: any value but ""
 //	checkedBy(cmd, "layers", desc, fn, bad...) a parser of its own
 //
 // and .unset() on the rule when the default is a "not given" marker
@@ -29,6 +29,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"sparkconv/outdir"
 )
 
 // flagRule is what one flag accepts.
@@ -37,10 +39,17 @@ type flagRule struct {
 	check   func(string) error // nil when the value is acceptable
 	bad     []string           // values the walk test expects to be refused
 	isUnset bool               // the default means "not given" and may lie outside
+	path    bool               // the value is a path (or text, read as one)
 }
 
 // unset marks the flag's default as a "not given" marker.
 func (r *flagRule) unset() *flagRule { r.isUnset = true; return r }
+
+// why adds the reason for the rule's bounds to what it says it wants.
+func (r *flagRule) why(reason string) *flagRule {
+	r.want += " (" + reason + ")"
+	return r
+}
 
 var flagRules = map[*pflag.Flag]*flagRule{}
 
@@ -59,7 +68,7 @@ func intIn(cmd *cobra.Command, name string, lo, hi int64) *flagRule {
 	r.check = func(s string) error {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || v < lo || v > hi {
-			return errors.New(r.want)
+			return errors.New(r.want) // read when called: why() may extend it
 		}
 		return nil
 	}
@@ -142,11 +151,35 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%dB", n)
 }
 
-// freeForm declares a flag whose value is a path or text.
+// freeForm declares a flag whose value is a path or text: anything but
+// the empty value, which would otherwise silently mean the default
+// (--eval= running nothing, --samples ” the built-in text).
 func freeForm(cmd *cobra.Command, names ...string) {
 	for _, n := range names {
-		addRule(cmd, n, &flagRule{want: "any text", check: func(string) error { return nil }})
+		r := &flagRule{want: "a path or text, not empty (leave the flag out for its default)", bad: []string{""}, isUnset: true, path: true}
+		r.check = func(s string) error {
+			if s == "" {
+				return errors.New(r.want)
+			}
+			return nil
+		}
+		addRule(cmd, n, r)
 	}
+}
+
+// onlyWith refuses any of flags given when what it applies to (need) is
+// not in use: its value would be accepted and never read (a missing file
+// included).
+func onlyWith(cmd *cobra.Command, inUse bool, need string, flags ...string) error {
+	if inUse {
+		return nil
+	}
+	for _, f := range flags {
+		if cmd.Flags().Changed(f) {
+			return usagef("--%s applies only with %s; without it the value would be ignored", f, need)
+		}
+	}
+	return nil
 }
 
 // checkedBy declares a flag checked by its own parser; bad lists values
@@ -230,7 +263,13 @@ func flagError(cmd *cobra.Command, err error) error {
 // command runs, usage errors (exit 2) for bad arguments and flags.
 func prepare(root *cobra.Command) {
 	root.SetFlagErrorFunc(flagError)
-	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkFlags(cmd) }
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		outdir.SetCommand(cmd.Name()) // the output marker names the command
+		if err := checkFlags(cmd); err != nil {
+			return err
+		}
+		return profile.start(pathFlags(cmd, args))
+	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Args != nil {

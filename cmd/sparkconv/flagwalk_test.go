@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -83,6 +84,9 @@ func TestEveryFlagChecked(t *testing.T) {
 // input-dependent bounds exit 2 before any work; --version works.
 func TestUsageExitCodes(t *testing.T) {
 	m := tinyModel(t)
+	short := filepath.Join(t.TempDir(), "short") // max_position_embeddings 1024
+	copyDir(t, m, short)
+	editConfig(t, short, func(c map[string]any) { c["max_position_embeddings"] = 1024 })
 	for _, c := range []struct {
 		args []string
 		want string
@@ -91,7 +95,7 @@ func TestUsageExitCodes(t *testing.T) {
 		{[]string{"w8a8", "extra"}, "takes no arguments"},
 		{[]string{"inspect", "--model", m, "extra"}, "takes no arguments"},
 		{[]string{"w8a8", "--nope"}, "unknown flag"},
-		{[]string{"export-onnx", "--model", m, "--out", "/nonexistent/o", "--context", "2000000"}, "max_position_embeddings"},
+		{[]string{"export-onnx", "--model", short, "--out", "/nonexistent/o", "--context", "2000"}, "--context 2000: want an integer in [2, 1024] (config.json max_position_embeddings)"},
 		{[]string{"fixture", "--out", "/nonexistent/o", "--shards", "1000"}, "[1, 34]"},
 		{[]string{"forward", "--model", m, "--ids", "1", "--top-k", "100000"}, "vocab_size"},
 		{[]string{"export-onnx", "--model", m, "--out", "/nonexistent/o", "--layers", "0-9"}, "--layers"},

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
 	"sparkconv/eval"
+	"sparkconv/infile"
+	"sparkconv/spark"
 )
 
 // gateFlags are the builds' fidelity flags: --eval [FILE] measures the
@@ -36,17 +41,30 @@ func (g *gateFlags) register(cmd *cobra.Command) {
 }
 
 // check completes the gate flags: a gate without --eval scores the
-// built-in text, and an --eval file must exist (usage errors).
-func (g *gateFlags) check(cmd *cobra.Command) error {
+// built-in text, and an --eval file must exist (a usage error); then the
+// text is read and tokenized with model's tokenizer as the evaluation will
+// read it, so that bad text is refused before the build, not after.
+func (g *gateFlags) check(cmd *cobra.Command, model string) error {
 	f := cmd.Flags()
 	// The flag rules (floatIn) have checked --max-kld and --min-top1.
 	if g.text == "" && (f.Changed("max-kld") || f.Changed("min-top1")) {
 		g.text = builtinText
 	}
-	if g.text != "" && g.text != builtinText {
+	if g.text == "" {
+		return nil
+	}
+	j := eval.Job{Base: model, Options: eval.DefaultOptions}
+	if g.text != builtinText {
 		if _, err := os.Stat(g.text); err != nil {
 			return usagef("--eval: %v", err)
 		}
+		j.Samples = g.text
+	}
+	if _, err := spark.LoadConfig(model); err != nil {
+		return nil // the build names what is wrong with the model
+	}
+	if err := j.Check(); err != nil {
+		return fmt.Errorf("--eval: %w", err)
 	}
 	return nil
 }
@@ -62,11 +80,30 @@ func (g *gateFlags) evaluate(cmd *cobra.Command, r *convert.Report, model, out s
 	if g.text != builtinText {
 		ef.samples = g.text
 	}
-	res, err := runEval(&ef)
+	res, err := runEval(cmd.Context(), &ef)
 	if err != nil {
 		return nil, fmt.Errorf("--eval: %w", err)
 	}
 	r.Eval = res
+	switch {
+	case g.maxKLD > 0 && res.KLD.Mean > g.maxKLD:
+		verdict = fmt.Errorf("fidelity gate failed: mean KLD %.6f > --max-kld %g (the build is written; see %s)", res.KLD.Mean, g.maxKLD, convert.ReportFile)
+	case g.minTop1 > 0 && res.SameTop1 < g.minTop1:
+		verdict = fmt.Errorf("fidelity gate failed: same top-1 %.4f < --min-top1 %g (the build is written; see %s)", res.SameTop1, g.minTop1, convert.ReportFile)
+	}
+	if g.maxKLD > 0 || g.minTop1 > 0 {
+		v := gateVerdict{Passed: verdict == nil}
+		if g.maxKLD > 0 {
+			v.MaxKLD = &g.maxKLD
+		}
+		if g.minTop1 > 0 {
+			v.MinTop1 = &g.minTop1
+		}
+		if verdict != nil {
+			v.Error = verdict.Error()
+		}
+		r.Gate = v
+	}
 	if err := r.Rewrite(out); err != nil {
 		return nil, err
 	}
@@ -74,16 +111,52 @@ func (g *gateFlags) evaluate(cmd *cobra.Command, r *convert.Report, model, out s
 		fmt.Fprintf(cmd.OutOrStdout(), "eval (%s, %d tokens): mean KLD %.6f ± %.6f, same top-1 %.2f %%, PPL ratio %.4f, greedy %d/%d exact\n",
 			res.Text, res.TokensScored, res.KLD.Mean, res.KLD.Stderr, 100*res.SameTop1, res.PPLRatio, res.Greedy.Exact, res.Greedy.Prompts)
 	}
-	switch {
-	case g.maxKLD > 0 && res.KLD.Mean > g.maxKLD:
-		verdict = fmt.Errorf("fidelity gate failed: mean KLD %.6f > --max-kld %g (the build is written; see %s)", res.KLD.Mean, g.maxKLD, convert.ReportFile)
-	case g.minTop1 > 0 && res.SameTop1 < g.minTop1:
-		verdict = fmt.Errorf("fidelity gate failed: same top-1 %.4f < --min-top1 %g (the build is written; see %s)", res.SameTop1, g.minTop1, convert.ReportFile)
-	}
 	if verdict != nil && jsonOut {
 		verdict = reported(verdict)
 	}
 	return verdict, nil
+}
+
+// warnSameText warns when the held-out text (flag held) has the same
+// bytes as one of the calibration samples files: scores on the text the
+// build or the ranges were fitted on overstate the fidelity.
+func warnSameText(cmd *cobra.Command, held string, heldFile string, calib []string) {
+	if heldFile == "" {
+		return
+	}
+	h, err := fileSHA256(heldFile)
+	if err != nil {
+		return // the reader names the problem
+	}
+	for _, c := range calib {
+		if s, err := fileSHA256(c); err == nil && s == h {
+			fmt.Fprintf(cmd.ErrOrStderr(), "sparkconv: warning: %s %s is the calibration text %s (same bytes, sha256 %.12s...): its scores measure text the calibration saw and overstate the fidelity; give held-out text\n", held, heldFile, c, h)
+			return
+		}
+	}
+}
+
+// fileSHA256 is the sha256 of a regular file's bytes, streamed.
+func fileSHA256(path string) (string, error) {
+	f, _, err := infile.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// gateVerdict is the report's and the --json document's "gate": the bars
+// set and whether the build passed them.
+type gateVerdict struct {
+	MaxKLD  *float64 `json:"max_kld,omitempty"`
+	MinTop1 *float64 `json:"min_top1,omitempty"`
+	Passed  bool     `json:"passed"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // finish runs the fidelity gate on a committed build, then print, and

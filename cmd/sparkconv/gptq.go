@@ -43,9 +43,9 @@ precision.` + calibHelp,
 		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.runCalibrated(cmd, &kf, func(opt convert.Options) (convert.Format, error) {
+			return cf.runCalibrated(cmd, &kf, func(opt *convert.Options) (convert.Format, error) {
 				var err error
-				o.Keep, err = keep.choose(cmd, opt.Model, kf.c.Files, func(act dtype.DType) keepfloat.Format { return keepfloat.GPTQ(act, o.Group) })
+				o.Keep, err = keep.choose(cmd, opt, kf.c.Files, func(act dtype.DType) keepfloat.Format { return keepfloat.GPTQ(act, o.Group) })
 				return o, err
 			}, func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
 		},

@@ -2,11 +2,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +12,7 @@ import (
 
 	"sparkconv/dtype"
 	"sparkconv/fixtures/fixturestest"
+	"sparkconv/outdir"
 	"sparkconv/safetensors"
 )
 
@@ -22,22 +20,7 @@ import (
 // is killed and the test fails (a hang, not a slow run).
 func runWithin(t *testing.T, limit time.Duration, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("sparkconv %s: still running after %s (killed)", strings.Join(args, " "), limit)
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return stdout.String(), stderr.String(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), 0
+	return runCmd(t, limit, nil, args...)
 }
 
 // expect runs args and checks the exit status and that stderr holds every
@@ -109,6 +92,7 @@ func TestForceReplacesOnlySparkconvOutputs(t *testing.T) {
 	os.WriteFile(plain, []byte("mine"), 0o644)
 	foreign := filepath.Join(dir, "hf-model")
 	copyDir(t, m, foreign)
+	os.Remove(filepath.Join(foreign, outdir.MarkerName)) // a Hugging Face folder has none
 	os.WriteFile(filepath.Join(foreign, "config.json"), []byte(`{"model_type": "other"}`), 0o644)
 	before := tree(t, foreign)
 	for _, out := range []string{plain, foreign} {
@@ -191,10 +175,15 @@ func TestForwardOverflowRefused(t *testing.T) {
 	expect(t, 1, []string{"layer 0: NaN in mlp_out at row 0", "overflowed float32"}, "forward", "--model", m, "--ids", "1,2,3")
 	expect(t, 1, []string{"layer 0", "overflowed float32"}, "eval", "--base", m, "--model", m, "--ctx", "64", "--greedy", "0")
 	// The calibrated builds run the layer's stages themselves: the same
-	// refusal, before a Hessian or a report holds NaN, and nothing written.
-	for _, b := range []string{"gptq", "w8a8", "w4a16"} {
+	// refusal, before a Hessian or a report holds NaN, and nothing written
+	// (gptq refuses earlier: no float16 scale holds such a weight).
+	for b, want := range map[string][]string{
+		"gptq":  {"model.layers.0.mlp.down_proj.weight: its largest weight, 3.39e+38", "beyond float16's 65504"},
+		"w8a8":  {"layer 0: ", "overflowed float32"},
+		"w4a16": {"layer 0: ", "overflowed float32"},
+	} {
 		out := filepath.Join(t.TempDir(), b)
-		expect(t, 1, []string{"layer 0: ", "overflowed float32"}, b, "--model", m, "--out", out)
+		expect(t, 1, want, b, "--model", m, "--out", out)
 		if _, err := os.Stat(out); !os.IsNotExist(err) {
 			t.Errorf("%s: %s written after the overflow", b, out)
 		}

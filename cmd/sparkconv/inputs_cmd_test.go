@@ -55,13 +55,12 @@ func TestOutIsInputRefused(t *testing.T) {
 	equalTrees(t, before, tree(t, m))
 }
 
-// TestHFCacheSnapshot: a snapshot folder of symlinks into ../../blobs
-// (the Hugging Face cache) converts and inspects like a plain folder.
-func TestHFCacheSnapshot(t *testing.T) {
-	m := tinyModel(t)
-	root := t.TempDir()
-	snap := filepath.Join(root, "models--x--spark", "snapshots", "abc123")
-	blobs := filepath.Join(root, "models--x--spark", "blobs")
+// hfCache moves the model folder m's files into a Hugging Face cache
+// layout: blobs/ holds them, snapshots/abc123/ links to them.
+func hfCache(t *testing.T, m string) (snap, blobs string) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "models--x--spark")
+	snap, blobs = filepath.Join(root, "snapshots", "abc123"), filepath.Join(root, "blobs")
 	os.MkdirAll(snap, 0o755)
 	os.MkdirAll(blobs, 0o755)
 	entries, _ := os.ReadDir(m)
@@ -70,6 +69,13 @@ func TestHFCacheSnapshot(t *testing.T) {
 		os.Rename(filepath.Join(m, e.Name()), blob)
 		os.Symlink(filepath.Join("..", "..", "blobs", filepath.Base(blob)), filepath.Join(snap, e.Name()))
 	}
+	return snap, blobs
+}
+
+// TestHFCacheSnapshot: a snapshot folder of symlinks into ../../blobs
+// (the Hugging Face cache) converts and inspects like a plain folder.
+func TestHFCacheSnapshot(t *testing.T) {
+	snap, _ := hfCache(t, tinyModel(t))
 	mustRun(t, "inspect", "--model", snap)
 	out := filepath.Join(t.TempDir(), "o")
 	mustRun(t, "w8a8", "--model", snap, "--out", out, "--rtn")

@@ -38,8 +38,11 @@ func (k *keepFlags) register(cmd *cobra.Command) {
 }
 
 // choose measures the units and returns the kept ones (nil without
-// --keep-float). files are the calibration samples (--samples).
-func (k *keepFlags) choose(cmd *cobra.Command, model string, files []string, format func(dtype.DType) keepfloat.Format) (*convert.KeepFloat, error) {
+// --keep-float). files are the calibration samples (--samples). The files
+// the measurement read are added to opt.Stamps: the build commits only if
+// they are unchanged, so its codes and its choice come from one model.
+func (k *keepFlags) choose(cmd *cobra.Command, opt *convert.Options, files []string, format func(dtype.DType) keepfloat.Format) (*convert.KeepFloat, error) {
+	model := opt.Model
 	if k.n > 0 && len(k.modules) > 0 {
 		return nil, usagef("--keep-float N measures which units to keep, --keep-float-modules names them: give one")
 	}
@@ -72,6 +75,7 @@ func (k *keepFlags) choose(cmd *cobra.Command, model string, files []string, for
 	if err != nil {
 		return nil, err
 	}
+	opt.Stamps = append(opt.Stamps, keep.Stamps...)
 	if !jsonOut {
 		fmt.Fprintf(cmd.ErrOrStderr(), "sparkconv: keep-float: keeping %v in float\n", keep.Modules())
 	}

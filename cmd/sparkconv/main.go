@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"sparkconv/kernels"
 	"sparkconv/outdir"
@@ -41,6 +43,7 @@ var rootCmd = &cobra.Command{
 func init() {
 	rootCmd.PersistentFlags().BoolVar(&jsonOut, "json", false, "print a machine-readable JSON document on stdout (human text goes to stderr)")
 	rootCmd.Version = version
+	rootCmd.SetOut(stdout)
 	rootCmd.SetVersionTemplate("sparkconv {{.Version}}\n")
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
@@ -56,9 +59,14 @@ func init() {
 	})
 }
 
+// stdout is where commands print their results: os.Stdout, keeping its
+// first write error (a full device, a closed pipe), which main reports
+// instead of exiting 0 with the output cut short.
+var stdout = &errWriter{w: os.Stdout}
+
 // printJSON writes v as indented JSON on stdout.
 func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
+	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
@@ -122,17 +130,31 @@ func exitCode(err error) int {
 // their temporary output) before the process exits anyway.
 const interruptGrace = 5 * time.Second
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// handleSignals makes every command stop the same way at SIGINT/SIGTERM:
+// no output is moved into place after the signal (outdir.Interrupt), the
+// context is cancelled, and after interruptGrace or at a second signal
+// the process removes its temporary files and folders and exits 130.
+func handleSignals() context.Context {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		<-ctx.Done()
-		stop() // a second signal now kills at once
-		time.Sleep(interruptGrace)
+		<-sigs
+		outdir.Interrupt()
+		cancel()
+		select {
+		case <-sigs:
+		case <-time.After(interruptGrace):
+		}
 		outdir.AbortWriting() // a command still computing left its temporary output
 		fmt.Fprintln(os.Stderr, "sparkconv: interrupted")
 		os.Exit(130)
 	}()
+	return ctx
+}
+
+func main() {
+	ctx := handleSignals()
 	prepare(rootCmd)
 	// A fault on a memory-mapped input that shrank becomes an error naming
 	// the file (on this goroutine; the readers' workers guard their own).
@@ -141,14 +163,14 @@ func main() {
 	if err != nil {
 		err = usageError{err}
 	} else {
-		stopProfile, perr := startCPUProfile(os.Getenv(envCPUProfile))
-		if perr != nil {
-			err = usageError{perr}
-		} else {
-			err = safetensors.Guard(func() error { return rootCmd.ExecuteContext(ctx) })
-			err = classify(ctx, err)
-			stopProfile()
+		err = safetensors.Guard(func() error { return rootCmd.ExecuteContext(ctx) })
+		if perr := profile.stop(ctx.Err() == nil); err == nil {
+			err = perr
 		}
+		if err == nil && stdout.err != nil {
+			err = fmt.Errorf("writing the output to stdout: %w", stdout.err)
+		}
+		err = classify(ctx, err)
 	}
 	if err != nil {
 		var re reportedError
@@ -172,10 +194,10 @@ func (interrupted) Unwrap() error { return context.Canceled }
 // classify maps cobra's own errors and interruptions to what main reports.
 func classify(ctx context.Context, err error) error {
 	switch {
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		return errInterrupted // nothing was moved into place after the signal
 	case err == nil:
 		return nil
-	case ctx.Err() != nil || errors.Is(err, context.Canceled):
-		return errInterrupted
 	case strings.HasPrefix(err.Error(), "unknown command "):
 		return usageError{err} // cobra's error for an unknown subcommand
 	}
@@ -185,28 +207,89 @@ func classify(ctx context.Context, err error) error {
 // envCPUProfile names the environment variable that writes a CPU profile
 // of the whole command to the file it names (for `go tool pprof`; the
 // calibrated conversions label their phases, see gptq/phase.go). The file
-// must not exist: an existing one is refused, never overwritten.
+// is an output like any other (outdir.File): it must not exist, may not
+// be, lie inside or contain any path the command is given, and is written
+// under a temporary name and moved into place only when complete.
 const envCPUProfile = "SPARKCONV_CPUPROFILE"
 
-// startCPUProfile starts the profile envCPUProfile asks for ("" is none)
-// and returns what stops it.
-func startCPUProfile(path string) (stop func(), err error) {
+// profile is the CPU profile being written (nil file: none).
+var profile cpuProfile
+
+type cpuProfile struct {
+	file *outdir.Pending
+	w    *errWriter
+}
+
+// start starts the profile envCPUProfile asks for, once the command's
+// flags are known: paths are every path the command was given.
+func (p *cpuProfile) start(paths []string) error {
+	path := os.Getenv(envCPUProfile)
 	if path == "" {
-		return func() {}, nil
+		return nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := outdir.NewFile(path, false, nil, paths...)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", envCPUProfile, err)
+		return usageError{fmt.Errorf("%s: %w", envCPUProfile, err)}
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		os.Remove(path)
-		return nil, fmt.Errorf("%s=%s: %w", envCPUProfile, path, err)
+	if p.file, err = out.Begin(); err != nil {
+		return usageError{fmt.Errorf("%s: %w", envCPUProfile, err)}
 	}
-	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "sparkconv:", envCPUProfile, err)
+	p.w = &errWriter{w: p.file.File()}
+	if err := pprof.StartCPUProfile(p.w); err != nil {
+		p.file.Abort()
+		p.file = nil
+		return usageError{fmt.Errorf("%s=%s: %w", envCPUProfile, path, err)}
+	}
+	return nil
+}
+
+// stop ends the profile and moves it into place when ok (the command was
+// not interrupted) and every byte was written; else it removes it. A
+// write error (a full disk) is the command's error.
+func (p *cpuProfile) stop(ok bool) error {
+	if p.file == nil {
+		return nil
+	}
+	pprof.StopCPUProfile()
+	if p.w.err != nil || !ok {
+		p.file.Abort()
+		if p.w.err != nil {
+			return fmt.Errorf("%s: writing the profile: %w; no profile written", envCPUProfile, p.w.err)
 		}
-	}, nil
+		return nil
+	}
+	if err := p.file.Commit(); err != nil {
+		return fmt.Errorf("%s: %w", envCPUProfile, err)
+	}
+	return nil
+}
+
+// errWriter keeps the first write error (runtime/pprof drops them).
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(b)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// pathFlags are the values of every path or text flag given to cmd, and
+// its arguments: what an output the command is not told about (the CPU
+// profile) may not overlap.
+func pathFlags(cmd *cobra.Command, args []string) []string {
+	paths := append([]string(nil), args...)
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if r := flagRules[f]; r != nil && r.path {
+			paths = append(paths, flagValue(f)...)
+		}
+	})
+	return paths
 }

@@ -36,18 +36,7 @@ func TestMain(m *testing.M) {
 // run executes sparkconv and returns stdout, stderr and the exit status.
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), code
+	return runEnv(t, nil, args...)
 }
 
 func mustRun(t *testing.T, args ...string) string {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"sparkconv/ortrun"
+	"sparkconv/outdir"
 	"sparkconv/qnn"
 	"sparkconv/qnnbundle"
 )
@@ -100,6 +102,19 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	start := time.Now()
 	o := f.Options
 	o.Precision, o.Log = prec, cmd.ErrOrStderr()
+	o.ObserveGiven = cmd.Flags().Changed("observe")
+	// Every path the bundle reads is an input --out may not overlap,
+	// checked before any work: ONNX Runtime's library (--ort-lib or
+	// $SPARKCONV_ORT_LIB) included.
+	if lib, err := ortrun.FindORTLib(o.ORTLib); err == nil {
+		o.ORTLib = lib
+	}
+	if err := outdir.CheckDisjoint(o.Out, o.Model, o.Export, o.Samples, o.HeldOutSamples, o.ORTLib); err != nil {
+		return err
+	}
+	if o.Samples != "" {
+		warnSameText(cmd, "--held-out-samples", o.HeldOutSamples, []string{o.Samples})
+	}
 	b, err := qnnbundle.Build(cmd.Context(), o)
 	if errors.Is(err, qnnbundle.ErrRefused) {
 		b.WriteSummary(cmd.ErrOrStderr(), f.Out, time.Since(start), false)

@@ -51,6 +51,9 @@ build quantizes from the exact rotated weights.`,
 			if sm.Alpha, sm.Auto, err = parseSmoothDown(smooth); err != nil {
 				return usagef("--smooth-down %s: %v", smooth, err)
 			}
+			if err := onlyWith(cmd, sm.Alpha > 0 || sm.Auto, "--smooth-down (0 turns smoothing off)", "samples", "tokens", "seq-len"); err != nil {
+				return err
+			}
 			o := rotate.Options{Options: opt, Seed: seed, Smooth: sm}
 			if dt != "same" {
 				if o.DType, err = dtype.Parse(map[string]string{"bf16": "BF16", "f32": "F32"}[dt]); err != nil {

@@ -9,12 +9,10 @@
 // chunk its own sequence (positions from 0), in the order sparkconv runs
 // them. A summary (chunks, samples, tokens) goes to stderr.
 //
-// The chunks come from sparkconv's own code: calib.ReadTexts,
-// calib.ParseTokenizer and calib.Tokenize, then gptq's selectChunks (the
-// budget spread over the samples), reached through a linkname because it is
-// unexported. A copy of it here could drift from the product unnoticed; a
-// linkname to a function that was renamed fails to link. run.sh checks the
-// summary against the samples and tokens that sparkconv's own report
+// The chunks come from sparkconv's own code: calib.ParseTokenizer, then
+// gptq.ReadChunks (the text read, encoded and the budget spread over the
+// samples), the function a conversion calls. run.sh checks the summary
+// against the samples and tokens that sparkconv's own report
 // (sparkconv-report.json) records for the same run.
 package main
 
@@ -25,15 +23,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	_ "unsafe" // go:linkname
 
 	"sparkconv/calib"
 	"sparkconv/gptq"
 	"sparkconv/spark"
 )
-
-//go:linkname selectChunks sparkconv/gptq.selectChunks
-func selectChunks(chunks []calib.Chunk, budget, seqLen int) []calib.Chunk
 
 type files []string
 
@@ -75,15 +69,10 @@ func run(model string, samples []string, budget, seqLen int) error {
 	if err != nil {
 		return err
 	}
-	texts, sources, _, err := calib.ReadTexts(samples)
+	chunks, rd, err := gptq.ReadChunks(tok, samples, cfg.VocabSize, budget, seqLen)
 	if err != nil {
 		return err
 	}
-	all, _, err := calib.Tokenize(tok, texts, seqLen, cfg.VocabSize)
-	if err != nil {
-		return err
-	}
-	chunks := selectChunks(all, budget, seqLen)
 	if _, err := calib.CheckTokens(chunks, unk, cfg.VocabSize); err != nil {
 		return err
 	}
@@ -101,6 +90,6 @@ func run(model string, samples []string, budget, seqLen int) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "calibtokens: %d chunks, %d samples, %d tokens (budget %d, seq-len %d) of %s\n",
-		len(chunks), len(used), tokens, budget, seqLen, sources[0])
+		len(chunks), len(used), tokens, budget, seqLen, rd.Sources[0])
 	return nil
 }
