@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +160,47 @@ func copyDir(t *testing.T, src, dst string) {
 			t.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644)
+	}
+}
+
+// TestVerifyPrefill: prompts of 1, N-1, N+1 and 2N+300 tokens go through
+// the prefill graphs (N = 16 against a sliding window of 8, so a chunk
+// spans two windows and its own tokens overwrite ring slots other tokens
+// of the chunk still see; and the real N = 128) and then decode, against
+// the reference at every position.
+func TestVerifyPrefill(t *testing.T) {
+	orttest.Init(t)
+	cases := []struct {
+		name string
+		o    onnxgraph.ExportOptions
+	}{
+		{"fp32-auto-16", onnxgraph.ExportOptions{Context: 340, Prefill: 16}},
+		{"fp32-ring-block-16", onnxgraph.ExportOptions{Context: 340, Prefill: 16, Layout: onnxgraph.LayoutRing, Granularity: "block"}},
+		{"fp16-auto-16", onnxgraph.ExportOptions{Context: 340, Prefill: 16, DType: onnxgraph.Float16}},
+		{"fp32-auto-128", onnxgraph.ExportOptions{Context: 560, Prefill: 128}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := verifyExport(t, exporttest.Golden("spark-mini-tied"), c.o, Options{Steps: 12, Seed: 3})
+			if rep.Prefill == nil {
+				t.Fatal("no prefill report")
+			}
+			n := c.o.Prefill
+			var got []int
+			for _, p := range rep.Prefill.Prompts {
+				got = append(got, p.Tokens)
+				t.Logf("prompt %4d: %d chunks, %.1f dB (worst %s), top-1 %d/%d, chained logits %.1f dB top-1 %d/%d",
+					p.Tokens, p.Chunks, float64(p.SNR), p.Worst, p.Top1, p.Positions, float64(p.Chain.SNR), p.ChainTop1, p.Positions)
+				if float64(p.SNR) < rep.BarDB || !p.Pass || p.Positions != PrefillDecode+1 {
+					t.Errorf("prompt %d: %+v", p.Tokens, p)
+				}
+			}
+			if want := []int{1, n - 1, n + 1, 2*n + 300}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("prompts %v, want %v", got, want)
+			}
+			if !rep.Pass {
+				t.Errorf("verify failed: %v", rep.Failures)
+			}
+		})
 	}
 }
