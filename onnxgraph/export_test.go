@@ -131,10 +131,10 @@ func opTypes(g *onnxpb.GraphProto) []string {
 // one last-axis Softmax per layer, Concat(past, new) on the slot axis,
 // 1-D axes, no allowzero, no bool tensors, static shapes.
 func TestGraphPatterns(t *testing.T) {
-	for _, gran := range []string{"layer", "block"} {
-		dir := export(t, tiedDir, ExportOptions{Context: 32, Granularity: gran})
+	for _, o := range []ExportOptions{{Context: 32}, {Context: 32, Granularity: "block"}, {Context: 32, Prefill: 8}, {Context: 32, Prefill: 8, Granularity: "block"}} {
+		dir := export(t, tiedDir, o)
 		man, _ := ReadManifest(dir)
-		for _, ge := range man.Graphs {
+		for _, ge := range man.AllGraphs() {
 			m := readModel(t, filepath.Join(dir, ge.File))
 			if m.GetIrVersion() != 8 || len(m.OpsetImport) != 1 || m.OpsetImport[0].GetVersion() != 17 {
 				t.Fatalf("%s: ir %d opset %v", ge.File, m.GetIrVersion(), m.OpsetImport)

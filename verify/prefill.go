@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
@@ -404,4 +406,17 @@ func (r *prefillRun) report() {
 		rep.Prompts = append(rep.Prompts, p)
 	}
 	r.v.report.Prefill = rep
+}
+
+// ParsePrompts reads a --prompts value: prompt lengths such as "1,127,129,556".
+func ParsePrompts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a prompt length (a positive integer)", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
