@@ -293,9 +293,15 @@ func FuzzParseManifest(f *testing.F) {
 	if _, err := Export(context.Background(), m, dir, ExportOptions{Context: 16, Granularity: "block"}); err != nil {
 		f.Fatal(err)
 	}
+	pdir := f.TempDir()
+	if _, err := Export(context.Background(), m, pdir, ExportOptions{Context: 16, Prefill: 4, Layers: []int{0, 1}}); err != nil {
+		f.Fatal(err)
+	}
 	m.Close()
 	good, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
 	f.Add(good)
+	withPrefill, _ := os.ReadFile(filepath.Join(pdir, ManifestFile))
+	f.Add(withPrefill)
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"opset":17,"context":4,"dtype":"float16","mask_value":-1,"graphs":[{"file":"a.onnx","kind":"layer","sha256":"` + strings.Repeat("a", 64) + `","inputs":[],"outputs":[]}]}`))
 	f.Add(bytes.Replace(good, []byte(`"ring"`), []byte(`"rung"`), 1))
