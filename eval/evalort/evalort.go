@@ -197,6 +197,31 @@ func (e *Export) Logits(ids []int, first int) ([]float32, error) {
 	return out, nil
 }
 
+// Prompt answers the prompt ids from empty caches as a runtime does before
+// its first output token, graph by graph: every token through the prefill
+// graphs in chunks when they are in use, else one at a time through the
+// decode step; it returns the head's logits for the last token. With
+// RunTime before and after, it is the time to first token of a runtime
+// holding every graph loaded.
+func (e *Export) Prompt(ids []int) ([]float32, error) {
+	if err := e.fits(ids); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("prompt: no tokens")
+	}
+	var logits []float32
+	reqs := []eval.Request{{IDs: ids, First: len(ids) - 1}}
+	b := &batch{e: e, reqs: reqs, prompt: true, hs: make([][]onnxgraph.Tensor, 1), pads: make([][]onnxgraph.Tensor, 1), layers: make([][][]float32, 1),
+		visit: func(_ int, out eval.Output) error { logits = out.Logits; return nil }}
+	for _, g := range onnxgraph.GraphOrder(e.man) {
+		if err := b.runGraph(g); err != nil {
+			return nil, fmt.Errorf("%s: %w", g.File, err)
+		}
+	}
+	return logits, nil
+}
+
 // LayerShape is the layer count and hidden size when every layer is its
 // own graph (a --granularity block export hides the layers inside a block:
 // 0 layers).
@@ -248,13 +273,19 @@ type batch struct {
 	hs     [][]onnxgraph.Tensor // per sequence and position: the residual entering the next graph
 	pads   [][]onnxgraph.Tensor // per sequence: the last prefill chunk's padding rows, carried on as a runtime does
 	layers [][][]float32        // per sequence asking for them: each layer's output
+	// prompt: the whole sequence goes through the prefill graphs (Prompt).
+	prompt bool
 }
 
 // prefilled is how many leading positions of r go through the prefill
-// graphs: its context before the first scored position.
+// graphs: its context before the first scored position, or all of it for
+// a prompt.
 func (b *batch) prefilled(r eval.Request) int {
-	if b.e.prefill == 0 {
+	switch {
+	case b.e.prefill == 0:
 		return 0
+	case b.prompt:
+		return len(r.IDs)
 	}
 	return r.First
 }
