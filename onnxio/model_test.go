@@ -275,3 +275,42 @@ func TestWriteShared(t *testing.T) {
 		t.Errorf("mismatched shared weight: %v", err)
 	}
 }
+
+// TestReadModelWithData: a model written with external data reads back
+// with every weight inline, equal to the self-contained model; a location
+// outside the model's folder or bytes past the file's end are refused.
+func TestReadModelWithData(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.onnx")
+	m := smallModel()
+	if _, err := WriteFile(path, streamed(m), WriteOptions{ExternalThreshold: 10, MinExternal: 16}); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadModelWithData(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(back, m) {
+		t.Errorf("read back differs from the self-contained model")
+	}
+	for _, c := range []struct{ key, value, want string }{
+		{"location", "../out.onnx.data", "not a file name"},
+		{"length", "99999", "outside"},
+		{"offset", "x", "offset"},
+	} {
+		raw, _ := ReadModelFile(path)
+		for _, kv := range raw.Graph.Initializer[0].ExternalData {
+			if kv.GetKey() == c.key {
+				kv.Value = proto.String(c.value)
+			}
+		}
+		bad := filepath.Join(dir, "bad.onnx")
+		os.Remove(bad)
+		if err := os.WriteFile(bad, marshal(t, raw), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadModelWithData(bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s = %s: %v, want %q", c.key, c.value, err, c.want)
+		}
+	}
+}
