@@ -45,6 +45,15 @@ func NewCacheState(g *GraphEntry, li LayerInfo, rng *rand.Rand, keyGarbage, valu
 	return st, nil
 }
 
+// Clone returns a copy of the cache that shares nothing with it.
+func (st *CacheState) Clone() *CacheState {
+	cp := *st
+	cp.Key = append([]float32(nil), st.Key...)
+	cp.Value = append([]float32(nil), st.Value...)
+	cp.Written = append([]bool(nil), st.Written...)
+	return &cp
+}
+
 // RoPEInputs returns rope_cos and rope_sin [R/2] for position p:
 // angle_j = p * theta^(-2j/R), computed in float64, rounded once.
 func RoPEInputs(p int, theta float64, r int) (cos, sin []float32) {

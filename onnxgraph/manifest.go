@@ -251,24 +251,32 @@ func ParseManifest(data []byte) (*Manifest, error) {
 		bad("graphs is empty")
 	}
 	names := map[string]bool{}
-	for i := range m.Graphs {
-		g := &m.Graphs[i]
-		if g.Name == "" {
-			g.Name = strings.TrimSuffix(g.File, ".onnx")
-		}
-		if names[g.Name] {
-			bad("graphs[%d]: name %q used twice", i, g.Name)
-		}
-		names[g.Name] = true
-		for _, e := range checkEntry(g, m.DType) {
-			bad("graphs[%d] (%s): %v", i, g.File, e)
-		}
-	}
+	errs = append(errs, checkEntries("graphs", m.Graphs, m.DType, names)...)
 	errs = append(errs, checkPrefill(&m, names)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return &m, nil
+}
+
+// checkEntries checks the graph objects of the list key, names defaulted
+// to their files' and unique across names (which records them).
+func checkEntries(key string, gs []GraphEntry, dt string, names map[string]bool) []error {
+	var errs []error
+	for i := range gs {
+		g := &gs[i]
+		if g.Name == "" {
+			g.Name = strings.TrimSuffix(g.File, ".onnx")
+		}
+		if names[g.Name] {
+			errs = append(errs, fmt.Errorf("%s[%d]: name %q used twice", key, i, g.Name))
+		}
+		names[g.Name] = true
+		for _, e := range checkEntry(g, dt) {
+			errs = append(errs, fmt.Errorf("%s[%d] (%s): %v", key, i, g.File, e))
+		}
+	}
+	return errs
 }
 
 func checkEntry(g *GraphEntry, dt string) []error {

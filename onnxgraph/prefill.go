@@ -5,7 +5,6 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
-	"strings"
 
 	"sparkconv/onnxio"
 )
@@ -126,18 +125,9 @@ func checkPrefill(m *Manifest, names map[string]bool) []error {
 	for i := range m.Graphs {
 		decode[m.Graphs[i].Name] = &m.Graphs[i]
 	}
+	errs = append(errs, checkEntries("prefill.graphs", p.Graphs, m.DType, names)...)
 	for i := range p.Graphs {
 		g := &p.Graphs[i]
-		if g.Name == "" {
-			g.Name = strings.TrimSuffix(g.File, ".onnx")
-		}
-		if names[g.Name] {
-			bad("prefill.graphs[%d]: name %q used twice", i, g.Name)
-		}
-		names[g.Name] = true
-		for _, e := range checkEntry(g, m.DType) {
-			bad("prefill.graphs[%d] (%s): %v", i, g.File, e)
-		}
 		d := decode[g.Decode]
 		switch {
 		case g.Kind == KindHead:

@@ -114,11 +114,7 @@ func (r *Runner) Clone() *Runner {
 	c.clone = true
 	c.states = map[int]*onnxgraph.CacheState{}
 	for i, st := range r.states {
-		cp := *st
-		cp.Key = append([]float32(nil), st.Key...)
-		cp.Value = append([]float32(nil), st.Value...)
-		cp.Written = append([]bool(nil), st.Written...)
-		c.states[i] = &cp
+		c.states[i] = st.Clone()
 	}
 	return &c
 }

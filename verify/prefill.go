@@ -223,118 +223,143 @@ func (r *prefillRun) embed(pr *prompt, g, pg onnxgraph.GraphEntry, dec, pre *ort
 // entries, never-written slots holding garbage) and, beside it, on ORT's
 // own chain.
 func (r *prefillRun) layers(pr *prompt, g, pg onnxgraph.GraphEntry, dec, pre *ortrun.Session) error {
-	v, H := r.v, r.h()
 	infos := g.LayerInfos()
-	first, last := infos[0].Layer, infos[len(infos)-1].Layer
-	teach, chain := make([]*onnxgraph.CacheState, len(infos)), make([]*onnxgraph.CacheState, len(infos))
+	lr := &layerRun{r: r, pr: pr, g: g, pg: pg, dec: dec, pre: pre, infos: infos, first: infos[0].Layer, last: infos[len(infos)-1].Layer}
 	crng := rand.New(rand.NewPCG(uint64(pr.length), 0x5eed))
-	for k, li := range infos {
-		var err error
-		if teach[k], err = onnxgraph.NewCacheState(&g, li, crng, 50, 1000); err != nil {
+	for _, li := range infos {
+		st, err := onnxgraph.NewCacheState(&g, li, crng, 50, 1000)
+		if err != nil {
 			return err
 		}
-		cp := *teach[k]
-		cp.Key, cp.Value = append([]float32(nil), teach[k].Key...), append([]float32(nil), teach[k].Value...)
-		cp.Written = append([]bool(nil), teach[k].Written...)
-		chain[k] = &cp
+		lr.teach, lr.chain = append(lr.teach, st), append(lr.chain, st.Clone())
 	}
-	mv, kvd := float32(v.man.MaskValue), v.ref.Cfg.KVDim()
-	feeds := func(states []*onnxgraph.CacheState, hidden []float32, p, n int) map[string]onnxgraph.Tensor {
-		f := map[string]onnxgraph.Tensor{"hidden_in": onnxgraph.FloatTensor(v.dt, []int64{1, int64(n), int64(H)}, hidden)}
-		for k, li := range infos {
-			sfx := onnxgraph.LayerSuffix(g.Kind, li.Layer)
-			var fs map[string]onnxgraph.Tensor
-			if n == 1 {
-				fs = states[k].Feeds(v.dt, p, mv, sfx)
-			} else {
-				fs = states[k].PrefillFeeds(v.dt, p, n, mv, sfx)
-			}
-			for name, t := range fs {
-				f[name] = t
-			}
-		}
-		return f
-	}
-	var chainH [][]float32
 	for c, ch := range pr.chunks {
-		// Teacher-forced: the reference rows, padding rows of garbage.
-		hidden := make([]float32, r.n*H)
-		copy(hidden, r.res.HiddenIn[first][ch.Start*H:(ch.Start+ch.Valid)*H])
-		for i := ch.Valid * H; i < len(hidden); i++ {
-			hidden[i] = float32(r.rng.NormFloat64() * 10)
-		}
-		out, err := pre.Run(feeds(teach, hidden, ch.Start, r.n))
-		if err != nil {
+		if err := lr.chunk(c, ch); err != nil {
 			return fmt.Errorf("chunk at %d: %w", ch.Start, err)
-		}
-		ref := make([]float32, 0, ch.Valid*H)
-		for t := range ch.Valid {
-			ref = append(ref, r.refHidden(last+1, ch.Start+t)...)
-		}
-		r.add(pr, pg.File, "hidden_out", ref, out["hidden_out"].Floats()[:ch.Valid*H])
-		for k, li := range infos {
-			sfx := onnxgraph.LayerSuffix(g.Kind, li.Layer)
-			key, val, err := onnxgraph.PrefillEntries(out, teach[k].KV, teach[k].D, r.n, ch.Valid, sfx)
-			if err != nil {
-				return err
-			}
-			rk := r.res.Key[li.Layer][ch.Start*kvd : (ch.Start+ch.Valid)*kvd]
-			rv := r.res.Value[li.Layer][ch.Start*kvd : (ch.Start+ch.Valid)*kvd]
-			r.add(pr, pg.File, "key"+sfx, rk, key)
-			r.add(pr, pg.File, "value"+sfx, rv, val)
-			teach[k].Put(ch.Start, rk, rv)
-		}
-		// Chained: ORT's own rows, padding rows as the previous graph left them.
-		in := make([]float32, 0, r.n*H)
-		for t := range r.n {
-			in = append(in, pr.chainH[c*r.n+t]...)
-		}
-		out, err = pre.Run(feeds(chain, in, ch.Start, r.n))
-		if err != nil {
-			return fmt.Errorf("chunk at %d: %w", ch.Start, err)
-		}
-		for k, li := range infos {
-			if _, _, err := chain[k].UpdatePrefill(out, ch.Start, r.n, ch.Valid, onnxgraph.LayerSuffix(g.Kind, li.Layer)); err != nil {
-				return err
-			}
-		}
-		got := out["hidden_out"].Floats()
-		for t := range r.n {
-			chainH = append(chainH, row(got, t, H))
 		}
 	}
 	for q := pr.length; q < pr.length+PrefillDecode; q++ {
-		out, err := dec.Run(feeds(teach, r.refHidden(first, q), q, 1))
-		if err != nil {
+		if err := lr.decode(q); err != nil {
 			return fmt.Errorf("decode at %d: %w", q, err)
 		}
-		r.add(pr, g.File, "hidden_out", r.refHidden(last+1, q), out["hidden_out"].Floats())
-		for k, li := range infos {
-			sfx := onnxgraph.LayerSuffix(g.Kind, li.Layer)
-			scratch := *teach[k]
-			scratch.Key, scratch.Value = append([]float32(nil), teach[k].Key...), append([]float32(nil), teach[k].Value...)
-			scratch.Written = append([]bool(nil), teach[k].Written...)
-			key, val, err := scratch.Update(out, q, sfx)
-			if err != nil {
-				return err
-			}
-			rk, rv := row(r.res.Key[li.Layer], q, kvd), row(r.res.Value[li.Layer], q, kvd)
-			r.add(pr, g.File, "key"+sfx, rk, key)
-			r.add(pr, g.File, "value"+sfx, rv, val)
-			teach[k].Put(q, rk, rv)
-		}
-		out, err = dec.Run(feeds(chain, pr.chainH[len(pr.chunks)*r.n+q-pr.length], q, 1))
-		if err != nil {
-			return fmt.Errorf("decode at %d: %w", q, err)
-		}
-		for k, li := range infos {
-			if _, _, err := chain[k].Update(out, q, onnxgraph.LayerSuffix(g.Kind, li.Layer)); err != nil {
-				return err
-			}
-		}
-		chainH = append(chainH, out["hidden_out"].Floats())
 	}
-	pr.chainH = chainH
+	pr.chainH = lr.chainH
+	return nil
+}
+
+// layerRun is one prompt's run through one layer or block graph.
+type layerRun struct {
+	r            *prefillRun
+	pr           *prompt
+	g, pg        onnxgraph.GraphEntry
+	dec, pre     *ortrun.Session
+	infos        []onnxgraph.LayerInfo
+	first, last  int
+	teach, chain []*onnxgraph.CacheState
+	chainH       [][]float32 // ORT's own output rows, for the next graph
+}
+
+// feeds are the graph's inputs for n tokens at p (n = 1: the decode step).
+func (lr *layerRun) feeds(states []*onnxgraph.CacheState, hidden []float32, p, n int) map[string]onnxgraph.Tensor {
+	v := lr.r.v
+	mv := float32(v.man.MaskValue)
+	f := map[string]onnxgraph.Tensor{"hidden_in": onnxgraph.FloatTensor(v.dt, []int64{1, int64(n), int64(lr.r.h())}, hidden)}
+	for k, li := range lr.infos {
+		sfx := onnxgraph.LayerSuffix(lr.g.Kind, li.Layer)
+		fs := states[k].Feeds(v.dt, p, mv, sfx)
+		if n > 1 {
+			fs = states[k].PrefillFeeds(v.dt, p, n, mv, sfx)
+		}
+		for name, t := range fs {
+			f[name] = t
+		}
+	}
+	return f
+}
+
+// refEntries are layer's reference keys and values of positions p..p+v-1.
+func (lr *layerRun) refEntries(layer, p, v int) (key, value []float32) {
+	kvd := lr.r.v.ref.Cfg.KVDim()
+	return lr.r.res.Key[layer][p*kvd : (p+v)*kvd], lr.r.res.Value[layer][p*kvd : (p+v)*kvd]
+}
+
+// chunk runs the prefill graph on chunk c: teacher-forced (the reference
+// rows, padding rows of garbage) against the reference, then on ORT's
+// chain (its own rows, padding rows as the previous graph left them).
+func (lr *layerRun) chunk(c int, ch onnxgraph.Chunk) error {
+	r, H, n := lr.r, lr.r.h(), lr.r.n
+	hidden := make([]float32, n*H)
+	copy(hidden, r.res.HiddenIn[lr.first][ch.Start*H:(ch.Start+ch.Valid)*H])
+	for i := ch.Valid * H; i < len(hidden); i++ {
+		hidden[i] = float32(r.rng.NormFloat64() * 10)
+	}
+	out, err := lr.pre.Run(lr.feeds(lr.teach, hidden, ch.Start, n))
+	if err != nil {
+		return err
+	}
+	ref := make([]float32, 0, ch.Valid*H)
+	for t := range ch.Valid {
+		ref = append(ref, r.refHidden(lr.last+1, ch.Start+t)...)
+	}
+	r.add(lr.pr, lr.pg.File, "hidden_out", ref, out["hidden_out"].Floats()[:ch.Valid*H])
+	for k, li := range lr.infos {
+		sfx := onnxgraph.LayerSuffix(lr.g.Kind, li.Layer)
+		key, val, err := onnxgraph.PrefillEntries(out, lr.teach[k].KV, lr.teach[k].D, n, ch.Valid, sfx)
+		if err != nil {
+			return err
+		}
+		rk, rv := lr.refEntries(li.Layer, ch.Start, ch.Valid)
+		r.add(lr.pr, lr.pg.File, "key"+sfx, rk, key)
+		r.add(lr.pr, lr.pg.File, "value"+sfx, rv, val)
+		lr.teach[k].Put(ch.Start, rk, rv)
+	}
+	in := make([]float32, 0, n*H)
+	for t := range n {
+		in = append(in, lr.pr.chainH[c*n+t]...)
+	}
+	if out, err = lr.pre.Run(lr.feeds(lr.chain, in, ch.Start, n)); err != nil {
+		return err
+	}
+	for k, li := range lr.infos {
+		if _, _, err := lr.chain[k].UpdatePrefill(out, ch.Start, n, ch.Valid, onnxgraph.LayerSuffix(lr.g.Kind, li.Layer)); err != nil {
+			return err
+		}
+	}
+	for t := range n {
+		lr.chainH = append(lr.chainH, row(out["hidden_out"].Floats(), t, H))
+	}
+	return nil
+}
+
+// decode runs the decode step at q on the caches the prompt left:
+// teacher-forced against the reference, then on ORT's chain.
+func (lr *layerRun) decode(q int) error {
+	r, pr := lr.r, lr.pr
+	out, err := lr.dec.Run(lr.feeds(lr.teach, r.refHidden(lr.first, q), q, 1))
+	if err != nil {
+		return err
+	}
+	r.add(pr, lr.g.File, "hidden_out", r.refHidden(lr.last+1, q), out["hidden_out"].Floats())
+	for k, li := range lr.infos {
+		sfx := onnxgraph.LayerSuffix(lr.g.Kind, li.Layer)
+		key, val, err := lr.teach[k].Clone().Update(out, q, sfx) // the graph's entry, read as the runtime stores it
+		if err != nil {
+			return err
+		}
+		rk, rv := lr.refEntries(li.Layer, q, 1)
+		r.add(pr, lr.g.File, "key"+sfx, rk, key)
+		r.add(pr, lr.g.File, "value"+sfx, rv, val)
+		lr.teach[k].Put(q, rk, rv)
+	}
+	if out, err = lr.dec.Run(lr.feeds(lr.chain, pr.chainH[len(pr.chunks)*r.n+q-pr.length], q, 1)); err != nil {
+		return err
+	}
+	for k, li := range lr.infos {
+		if _, _, err := lr.chain[k].Update(out, q, onnxgraph.LayerSuffix(lr.g.Kind, li.Layer)); err != nil {
+			return err
+		}
+	}
+	lr.chainH = append(lr.chainH, out["hidden_out"].Floats())
 	return nil
 }
 
