@@ -204,3 +204,39 @@ func TestVerifyPrefill(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyPrefillShards: the folders of a --layers matrix with prefill
+// graphs verify as one export, prefill check included; parts with other
+// prefill sizes are refused, and so is a changed shared weights file,
+// named before anything runs.
+func TestVerifyPrefillShards(t *testing.T) {
+	orttest.Init(t)
+	tied := exporttest.Golden("spark-mini-tied")
+	ref := openRef(t, tied)
+	o := Options{Steps: 4, Seed: 1, Threads: 1, Prompts: []int{3, 9}}
+	run := func(dirs ...string) (*Report, error) { return Run(context.Background(), ref, dirs, o) }
+	a := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 4, Layers: []int{0, 1, 2, 3}})
+	b := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 4, Layers: []int{4, 5, 6, 7}})
+	rep, err := run(a, b)
+	if err != nil || !rep.Pass || len(rep.Graphs) != 19 || rep.Prefill == nil || len(rep.Prefill.Prompts) != 2 {
+		t.Fatalf("union with prefill graphs: %v %+v", err, rep)
+	}
+	for _, p := range rep.Prefill.Prompts {
+		if p.Chunks != (p.Tokens+3)/4 || !p.Pass {
+			t.Errorf("prompt %+v", p)
+		}
+	}
+	other := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 8, Layers: []int{4, 5, 6, 7}})
+	if _, err := run(a, other); err == nil || !strings.Contains(err.Error(), "prefill tokens 4 vs 8") {
+		t.Errorf("parts with other prefill sizes: %v", err)
+	}
+	if _, err := Run(context.Background(), ref, []string{a, b}, Options{Steps: 4, Threads: 1, Prompts: []int{13}}); err == nil || !strings.Contains(err.Error(), "prompt of 13 tokens") {
+		t.Errorf("a prompt past the context less the decode steps: %v", err)
+	}
+	f, _ := os.OpenFile(filepath.Join(b, "layer_05.data"), os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{0})
+	f.Close()
+	if _, err := run(a, b); err == nil || !strings.Contains(err.Error(), "layer_05.data: sha256") {
+		t.Errorf("changed shared weights: %v", err)
+	}
+}
