@@ -1,7 +1,7 @@
 // Package onnxeval is a small pure-Go ONNX interpreter for the float32
 // graphs sparkconv exports (the ops of the decode-step contract: MatMul,
 // Gather, elementwise arithmetic with broadcasting, Pow, Sqrt, Erf, Tanh,
-// Sigmoid, ReduceMean, Softmax, Reshape, Split, Concat, Slice). It runs a
+// Sigmoid, ReduceMean, Softmax, Reshape, Split, Concat, Slice, Transpose). It runs a
 // graph node by node and hands every value to a visitor, which is what
 // calibration needs: the range of every tensor a quantizer will see,
 // without cgo. ONNX Runtime (ortrun) stays the judge of the exported
@@ -241,6 +241,7 @@ func init() {
 		"Split":      split,
 		"Concat":     concat,
 		"Slice":      slice,
+		"Transpose":  transpose,
 	}
 }
 
@@ -615,6 +616,57 @@ func slice(_ *onnxpb.NodeProto, in []Value) ([]Value, error) {
 	for o := range outer {
 		base := o * int(d) * inner
 		out = append(out, x.F[base+int(s)*inner:base+int(e)*inner]...)
+	}
+	return []Value{{Shape: shape, F: out}}, nil
+}
+
+// transpose permutes the axes of x by perm (default: reversed).
+func transpose(n *onnxpb.NodeProto, in []Value) ([]Value, error) {
+	x := in[0]
+	r := len(x.Shape)
+	perm, ok := attrInts(n, "perm")
+	if !ok {
+		for i := r - 1; i >= 0; i-- {
+			perm = append(perm, int64(i))
+		}
+	}
+	if len(perm) != r {
+		return nil, fmt.Errorf("perm %v for rank %d", perm, r)
+	}
+	shape := make([]int, r)
+	seen := make([]bool, r)
+	for i, p := range perm {
+		if p < 0 || int(p) >= r || seen[p] {
+			return nil, fmt.Errorf("perm %v is not a permutation of %d axes", perm, r)
+		}
+		seen[p] = true
+		shape[i] = x.Shape[p]
+	}
+	// stride[i]: the input stride of output axis i.
+	in1 := make([]int, r)
+	acc := 1
+	for i := r - 1; i >= 0; i-- {
+		in1[i] = acc
+		acc *= x.Shape[i]
+	}
+	stride := make([]int, r)
+	for i, p := range perm {
+		stride[i] = in1[p]
+	}
+	out := make([]float32, len(x.F))
+	idx := make([]int, r)
+	src := 0
+	for o := range out {
+		out[o] = x.F[src]
+		for i := r - 1; i >= 0; i-- {
+			idx[i]++
+			src += stride[i]
+			if idx[i] < shape[i] {
+				break
+			}
+			src -= stride[i] * shape[i]
+			idx[i] = 0
+		}
 	}
 	return []Value{{Shape: shape, F: out}}, nil
 }

@@ -21,16 +21,16 @@ import (
 // inputs and requires the same outputs (float32, within rounding).
 func TestAgainstORT(t *testing.T) {
 	orttest.Init(t)
-	for _, o := range []onnxgraph.ExportOptions{{Context: 24}, {Context: 24, Layout: onnxgraph.LayoutRoll, GELU: "tanh", Granularity: "block"}} {
+	for _, o := range []onnxgraph.ExportOptions{{Context: 24}, {Context: 24, Layout: onnxgraph.LayoutRoll, GELU: "tanh", Granularity: "block"}, {Context: 24, Prefill: 6}} {
 		dir := exporttest.Export(t, exporttest.Golden("spark-mini-tied"), o)
 		man, err := onnxgraph.ReadManifest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rng := rand.New(rand.NewPCG(1, 2))
-		for _, ge := range man.Graphs {
+		for _, ge := range man.AllGraphs() {
 			path := filepath.Join(dir, ge.File)
-			m, err := onnxio.ReadModelFile(path)
+			m, err := onnxio.ReadModelWithData(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +46,10 @@ func TestAgainstORT(t *testing.T) {
 				}
 				n := onnxeval.Numel(shape)
 				if in.DType == "int64" {
-					ids := []int64{int64(rng.IntN(50))}
+					ids := make([]int64, n)
+					for i := range ids {
+						ids[i] = int64(rng.IntN(50))
+					}
 					feeds[in.Name] = onnxgraph.I64Tensor(in.Shape, ids)
 					ins[in.Name] = onnxeval.Value{Shape: shape, I: ids}
 					continue

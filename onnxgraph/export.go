@@ -28,6 +28,11 @@ type ExportOptions struct {
 	Layers []int
 	// MaskValue is what the runtime writes for an empty slot (default -1e4).
 	MaskValue float64
+	// Prefill, when > 0, adds per embed, layer or block graph a prefill
+	// graph taking Prefill tokens at once (docs/formats.md#prefill-graphs);
+	// the decode graph and its prefill graph then keep their weights in
+	// one shared "<graph>.data" file. 0 writes the decode step only.
+	Prefill int
 	// Write tunes external data (tests lower the 2 GiB threshold).
 	Write onnxio.WriteOptions
 	// Done, if set, is called after each file with its name and size.
@@ -73,6 +78,9 @@ func (o *ExportOptions) normalize(c *spark.Config) error {
 	}
 	if o.MaskValue == 0 {
 		o.MaskValue = DefaultMaskValue
+	}
+	if o.Prefill < 0 || o.Prefill >= o.Context {
+		return fmt.Errorf("prefill %d tokens: want 0 (none) or 1..%d (below the context of %d)", o.Prefill, o.Context-1, o.Context)
 	}
 	if !(o.MaskValue < 0) || math.IsInf(o.MaskValue, 0) || (o.DType == Float16 && o.MaskValue < -65504) {
 		return fmt.Errorf("mask value %v: must be finite, negative (and >= -65504 for float16)", o.MaskValue)
@@ -155,6 +163,9 @@ type exporter struct {
 	c   *spark.Config
 	o   ExportOptions
 	dir string
+	// n is the token count of the graph being built: 1 for the decode
+	// step, o.Prefill for a prefill graph.
+	n int
 	// values collects the current graph's named values.
 	values []ValueName
 }
@@ -170,6 +181,9 @@ func GraphCount(c *spark.Config, o ExportOptions) (int, error) {
 	if contains(o.Layers, 0) {
 		n++
 	}
+	if o.Prefill > 0 {
+		n *= 2
+	}
 	if contains(o.Layers, c.NumLayers-1) {
 		n++
 	}
@@ -184,7 +198,7 @@ func Export(ctx context.Context, m *spark.Model, dir string, o ExportOptions) (*
 	if err := o.normalize(c); err != nil {
 		return nil, err
 	}
-	e := &exporter{ctx: ctx, m: m, c: c, o: o, dir: dir}
+	e := &exporter{ctx: ctx, m: m, c: c, o: o, dir: dir, n: 1}
 	man := &Manifest{
 		Format: ManifestFormat, Version: 1, Producer: Producer, Opset: Opset,
 		Context: o.Context, DType: o.DType.String(), MaskValue: o.MaskValue,
@@ -204,13 +218,16 @@ func Export(ctx context.Context, m *spark.Model, dir string, o ExportOptions) (*
 	if err != nil {
 		return nil, err
 	}
+	if o.Prefill > 0 {
+		man.Prefill = &Prefill{Tokens: o.Prefill}
+	}
 	if contains(o.Layers, 0) {
-		if err := e.add(man, e.embed); err != nil {
+		if err := e.addPair(man, e.embed); err != nil {
 			return nil, err
 		}
 	}
 	for _, g := range groups {
-		if err := e.add(man, func() (*Builder, GraphEntry, error) { return e.layers(g) }); err != nil {
+		if err := e.addPair(man, func() (*Builder, GraphEntry, error) { return e.layers(g) }); err != nil {
 			return nil, err
 		}
 	}
@@ -289,13 +306,7 @@ func (e *exporter) add(man *Manifest, build func() (*Builder, GraphEntry, error)
 	// The graph's weights are on disk now: drop the checkpoint pages they
 	// were read from, so the resident set stays near one graph.
 	e.m.ReleaseAll()
-	g.Opset, g.SHA256, g.Bytes, g.ExternalData = Opset, info.SHA256, info.Size, info.External
-	for _, v := range b.Inputs() {
-		g.Inputs = append(g.Inputs, TensorSpec{Name: v.Name, Shape: v.Shape, DType: v.DType.String()})
-	}
-	for _, v := range b.Outputs() {
-		g.Outputs = append(g.Outputs, TensorSpec{Name: v.Name, Shape: v.Shape, DType: v.DType.String()})
-	}
+	written(&g, b, info)
 	man.Graphs = append(man.Graphs, g)
 	if e.o.Done != nil {
 		size := info.Size
@@ -305,6 +316,17 @@ func (e *exporter) add(man *Manifest, build func() (*Builder, GraphEntry, error)
 		e.o.Done(g.File, size)
 	}
 	return nil
+}
+
+// written fills in the manifest entry of graph b, written as info.
+func written(g *GraphEntry, b *Builder, info onnxio.FileInfo) {
+	g.Opset, g.SHA256, g.Bytes, g.ExternalData = Opset, info.SHA256, info.Size, info.External
+	for _, v := range b.Inputs() {
+		g.Inputs = append(g.Inputs, TensorSpec{Name: v.Name, Shape: v.Shape, DType: v.DType.String()})
+	}
+	for _, v := range b.Outputs() {
+		g.Outputs = append(g.Outputs, TensorSpec{Name: v.Name, Shape: v.Shape, DType: v.DType.String()})
+	}
 }
 
 // configKeys copies the config.json keys the graphs are built from, as
@@ -381,8 +403,10 @@ func (e *exporter) addVector(b *Builder, name, src string) (string, error) {
 
 func (e *exporter) embed() (*Builder, GraphEntry, error) {
 	c, dt := e.c, e.o.DType
-	b := New("embed", dt)
-	ids := b.Input("input_ids", Int64, 1, 1)
+	n := int64(e.n)
+	name := e.graphName("embed")
+	b := New(name, dt)
+	ids := b.Input("input_ids", Int64, 1, n)
 	ti, raw, err := e.m.Raw(spark.EmbedName)
 	if err != nil {
 		return nil, GraphEntry{}, err
@@ -393,8 +417,8 @@ func (e *exporter) embed() (*Builder, GraphEntry, error) {
 	}
 	w := b.Initializer(spark.EmbedName, dt, []int64{int64(c.VocabSize), int64(c.HiddenSize)}, d)
 	b.OpTo(e.value("hidden_out", ModelLevel, "embed"), "Gather", []string{w, ids}, AttrInt("axis", 0))
-	b.Output("hidden_out", dt, 1, 1, int64(c.HiddenSize))
-	return b, GraphEntry{Name: "embed", File: "embed.onnx", Kind: KindEmbed}, nil
+	b.Output("hidden_out", dt, 1, n, int64(c.HiddenSize))
+	return b, GraphEntry{Name: name, File: name + ".onnx", Kind: KindEmbed}, nil
 }
 
 func (e *exporter) head() (*Builder, GraphEntry, error) {
@@ -424,8 +448,10 @@ func (e *exporter) layers(idx []int) (*Builder, GraphEntry, error) {
 	if e.o.Granularity == "block" {
 		kind, name = KindBlock, fmt.Sprintf("block_%02d", idx[0]/4)
 	}
+	name = e.graphName(name)
+	n := int64(e.n)
 	b := New(name, dt)
-	x := b.Input("hidden_in", dt, 1, 1, int64(c.HiddenSize))
+	x := b.Input("hidden_in", dt, 1, n, int64(c.HiddenSize))
 	g := GraphEntry{Name: name, File: name + ".onnx", Kind: kind}
 	var outs []ValueInfo
 	for k, i := range idx {
@@ -448,7 +474,7 @@ func (e *exporter) layers(idx []int) (*Builder, GraphEntry, error) {
 			g.Layers = append(g.Layers, p.LayerInfo)
 		}
 	}
-	b.Output("hidden_out", dt, 1, 1, int64(c.HiddenSize))
+	b.Output("hidden_out", dt, 1, n, int64(c.HiddenSize))
 	for _, v := range outs {
 		b.Output(v.Name, v.DType, v.Shape...)
 	}
@@ -507,14 +533,15 @@ type layerIO struct {
 func (e *exporter) layer(b *Builder, p layerPlan, sfx, x, outName string) (string, []ValueInfo, error) {
 	c, dt := e.c, e.o.DType
 	kv, d, slots, half := int64(c.NumKVHeads), int64(c.HeadDim), int64(p.CacheSlots), int64(p.RotaryDims/2)
+	n := int64(e.n)
 	b.SetPrefix(LayerScope(p.Layer))
 	defer b.SetPrefix("")
 	io := layerIO{
-		cos:   b.Input("rope_cos"+sfx, dt, 1, 1, half),
-		sin:   b.Input("rope_sin"+sfx, dt, 1, 1, half),
+		cos:   b.Input("rope_cos"+sfx, dt, 1, n, half),
+		sin:   b.Input("rope_sin"+sfx, dt, 1, n, half),
 		pastK: b.Input("past_key"+sfx, dt, 1, kv, d, slots),
 		pastV: b.Input("past_value"+sfx, dt, 1, kv, slots, d),
-		mask:  b.Input("attention_mask"+sfx, dt, 1, 1, 1, slots+1),
+		mask:  b.Input("attention_mask"+sfx, dt, 1, 1, n, slots+n),
 	}
 	w, err := e.layerWeights(b, p.Layer)
 	if err != nil {
@@ -522,7 +549,11 @@ func (e *exporter) layer(b *Builder, p layerPlan, sfx, x, outName string) (strin
 	}
 	pt := func(point string) string { return e.value(LayerScope(p.Layer)+"/"+point, p.Layer, point) }
 	h := b.RMSNorm(pt("attn_norm"), x, w.inNorm, c.RMSNormEps)
-	attn, outs := e.attention(b, p, sfx, io, h, w, pt)
+	attention := e.attention
+	if e.n > 1 {
+		attention = e.prefillAttention
+	}
+	attn, outs := attention(b, p, sfx, io, h, w, pt)
 	x = b.OpTo(pt("hidden_mid"), "Add", []string{x, b.OpTo(pt("attn_out"), "MatMul", []string{attn, w.o})})
 	down := e.mlp(b, b.RMSNorm(pt("mlp_norm"), x, w.postNorm, c.RMSNormEps), w, pt)
 	if outName == "" {

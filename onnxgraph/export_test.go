@@ -131,10 +131,10 @@ func opTypes(g *onnxpb.GraphProto) []string {
 // one last-axis Softmax per layer, Concat(past, new) on the slot axis,
 // 1-D axes, no allowzero, no bool tensors, static shapes.
 func TestGraphPatterns(t *testing.T) {
-	for _, gran := range []string{"layer", "block"} {
-		dir := export(t, tiedDir, ExportOptions{Context: 32, Granularity: gran})
+	for _, o := range []ExportOptions{{Context: 32}, {Context: 32, Granularity: "block"}, {Context: 32, Prefill: 8}, {Context: 32, Prefill: 8, Granularity: "block"}} {
+		dir := export(t, tiedDir, o)
 		man, _ := ReadManifest(dir)
-		for _, ge := range man.Graphs {
+		for _, ge := range man.AllGraphs() {
 			m := readModel(t, filepath.Join(dir, ge.File))
 			if m.GetIrVersion() != 8 || len(m.OpsetImport) != 1 || m.OpsetImport[0].GetVersion() != 17 {
 				t.Fatalf("%s: ir %d opset %v", ge.File, m.GetIrVersion(), m.OpsetImport)
@@ -293,9 +293,15 @@ func FuzzParseManifest(f *testing.F) {
 	if _, err := Export(context.Background(), m, dir, ExportOptions{Context: 16, Granularity: "block"}); err != nil {
 		f.Fatal(err)
 	}
+	pdir := f.TempDir()
+	if _, err := Export(context.Background(), m, pdir, ExportOptions{Context: 16, Prefill: 4, Layers: []int{0, 1}}); err != nil {
+		f.Fatal(err)
+	}
 	m.Close()
 	good, _ := os.ReadFile(filepath.Join(dir, ManifestFile))
 	f.Add(good)
+	withPrefill, _ := os.ReadFile(filepath.Join(pdir, ManifestFile))
+	f.Add(withPrefill)
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"opset":17,"context":4,"dtype":"float16","mask_value":-1,"graphs":[{"file":"a.onnx","kind":"layer","sha256":"` + strings.Repeat("a", 64) + `","inputs":[],"outputs":[]}]}`))
 	f.Add(bytes.Replace(good, []byte(`"ring"`), []byte(`"rung"`), 1))

@@ -60,8 +60,11 @@ type GraphEntry struct {
 	Kind string `json:"kind"`
 	// LayerInfo is set (and inlined) for layer graphs only.
 	*LayerInfo
-	Layers       []LayerInfo      `json:"layers,omitempty"`
-	Tied         *bool            `json:"tied,omitempty"`
+	Layers []LayerInfo `json:"layers,omitempty"`
+	Tied   *bool       `json:"tied,omitempty"`
+	// Decode, on a prefill graph, names the decode-step graph it shares
+	// its weights file (ExternalData) with.
+	Decode       string           `json:"decode,omitempty"`
 	Opset        int              `json:"opset"`
 	SHA256       string           `json:"sha256"`
 	Bytes        int64            `json:"bytes,omitempty"`
@@ -121,6 +124,26 @@ type Manifest struct {
 	// Source identifies the checkpoint the graphs were made from.
 	Source *Source      `json:"source,omitempty"`
 	Graphs []GraphEntry `json:"graphs"`
+	// Prefill lists the prefill graphs (export-onnx --prefill); readers
+	// of the decode step alone ignore it.
+	Prefill *Prefill `json:"prefill,omitempty"`
+}
+
+// Prefill is the manifest's "prefill" object: graphs that take Tokens
+// tokens at once (docs/formats.md#prefill-graphs), one per embed, layer
+// or block graph of Graphs (none for the head).
+type Prefill struct {
+	Tokens int          `json:"tokens"`
+	Graphs []GraphEntry `json:"graphs"`
+}
+
+// AllGraphs returns the decode-step graphs and then the prefill graphs.
+func (m *Manifest) AllGraphs() []GraphEntry {
+	out := append([]GraphEntry(nil), m.Graphs...)
+	if m.Prefill != nil {
+		out = append(out, m.Prefill.Graphs...)
+	}
+	return out
 }
 
 // Marshal is the manifest's file content (indented, trailing newline;
@@ -157,7 +180,7 @@ func ReadVerified(dir string) (*Manifest, error) {
 		return nil, err
 	}
 	dirOf := map[string]string{}
-	for _, g := range m.Graphs {
+	for _, g := range m.AllGraphs() {
 		dirOf[g.File] = dir
 	}
 	if err := CheckFiles(m, dirOf); err != nil {
@@ -169,11 +192,18 @@ func ReadVerified(dir string) (*Manifest, error) {
 // CheckFiles compares each graph file (and its external data file) of the
 // export with the sha256 its manifest records, before anything parses it;
 // dirOf gives each graph file's folder. It names every file that differs.
+// A weights file that a graph and its prefill graph share is read once.
 func CheckFiles(man *Manifest, dirOf map[string]string) error {
 	var bad []string
-	for _, g := range man.Graphs {
+	seen := map[string]bool{}
+	for _, g := range man.AllGraphs() {
 		dir := dirOf[g.File]
 		check := func(file, want string) {
+			path := filepath.Join(dir, file)
+			if seen[path+"\x00"+want] {
+				return
+			}
+			seen[path+"\x00"+want] = true
 			h, err := onnxio.HashFile(filepath.Join(dir, file))
 			switch {
 			case err != nil:
@@ -221,23 +251,32 @@ func ParseManifest(data []byte) (*Manifest, error) {
 		bad("graphs is empty")
 	}
 	names := map[string]bool{}
-	for i := range m.Graphs {
-		g := &m.Graphs[i]
-		if g.Name == "" {
-			g.Name = strings.TrimSuffix(g.File, ".onnx")
-		}
-		if names[g.Name] {
-			bad("graphs[%d]: name %q used twice", i, g.Name)
-		}
-		names[g.Name] = true
-		for _, e := range checkEntry(g, m.DType) {
-			bad("graphs[%d] (%s): %v", i, g.File, e)
-		}
-	}
+	errs = append(errs, checkEntries("graphs", m.Graphs, m.DType, names)...)
+	errs = append(errs, checkPrefill(&m, names)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return &m, nil
+}
+
+// checkEntries checks the graph objects of the list key, names defaulted
+// to their files' and unique across names (which records them).
+func checkEntries(key string, gs []GraphEntry, dt string, names map[string]bool) []error {
+	var errs []error
+	for i := range gs {
+		g := &gs[i]
+		if g.Name == "" {
+			g.Name = strings.TrimSuffix(g.File, ".onnx")
+		}
+		if names[g.Name] {
+			errs = append(errs, fmt.Errorf("%s[%d]: name %q used twice", key, i, g.Name))
+		}
+		names[g.Name] = true
+		for _, e := range checkEntry(g, dt) {
+			errs = append(errs, fmt.Errorf("%s[%d] (%s): %v", key, i, g.File, e))
+		}
+	}
+	return errs
 }
 
 func checkEntry(g *GraphEntry, dt string) []error {

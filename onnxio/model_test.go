@@ -2,6 +2,7 @@ package onnxio
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -227,5 +228,89 @@ func TestExternalLocations(t *testing.T) {
 	}
 	if got := ExternalLocations(smallModel()); len(got) != 0 {
 		t.Errorf("no external data, got %v", got)
+	}
+}
+
+// TestWriteShared: two models holding the same weight write it once; both
+// refer to the same bytes (location, offset, length), a weight only the
+// second holds follows at the next 4096-aligned offset, and weights of one
+// name that differ in shape are refused.
+func TestWriteShared(t *testing.T) {
+	dir := t.TempDir()
+	a := streamed(smallModel())
+	bp := smallModel()
+	bp.Graph.Initializer = append(bp.Graph.Initializer, &onnxpb.TensorProto{Name: proto.String("extra"), Dims: []int64{8}, DataType: proto.Int32(1), RawData: bytes.Repeat([]byte{9}, 32)})
+	b := streamed(bp)
+	data, infos, err := WriteShared(filepath.Join(dir, "w.data"), []string{filepath.Join(dir, "a.onnx"), filepath.Join(dir, "b.onnx")}, []Model{a, b}, WriteOptions{MinExternal: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "w.data"))
+	w := smallModel().Graph.Initializer[0].RawData
+	if data.Size != ExternalAlign+32 || int64(len(raw)) != data.Size || !bytes.Equal(raw[:64], w) || !bytes.Equal(raw[ExternalAlign:], bytes.Repeat([]byte{9}, 32)) {
+		t.Fatalf("data file %d bytes (info %+v)", len(raw), data)
+	}
+	locs := map[string][]string{}
+	for i, name := range []string{"a.onnx", "b.onnx"} {
+		if infos[i].External == nil || infos[i].External.SHA256 != data.SHA256 {
+			t.Errorf("%s: external %+v", name, infos[i].External)
+		}
+		m, err := ReadModelFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range m.Graph.Initializer {
+			if in.GetDataLocation() == onnxpb.TensorProto_EXTERNAL {
+				locs[in.GetName()] = append(locs[in.GetName()], fmt.Sprint(in.ExternalData))
+			}
+		}
+	}
+	if len(locs["w"]) != 2 || locs["w"][0] != locs["w"][1] || len(locs["extra"]) != 1 || len(locs["b"]) != 0 {
+		t.Errorf("external references: %v", locs)
+	}
+	bad := smallModel()
+	bad.Graph.Initializer[0].Dims = []int64{2, 8}
+	_, _, err = WriteShared(filepath.Join(dir, "x.data"), []string{filepath.Join(dir, "x.onnx"), filepath.Join(dir, "y.onnx")}, []Model{streamed(smallModel()), streamed(bad)}, WriteOptions{MinExternal: 16})
+	if err == nil || !strings.Contains(err.Error(), "initializer w") {
+		t.Errorf("mismatched shared weight: %v", err)
+	}
+}
+
+// TestReadModelWithData: a model written with external data reads back
+// with every weight inline, equal to the self-contained model; a location
+// outside the model's folder or bytes past the file's end are refused.
+func TestReadModelWithData(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "out.onnx")
+	m := smallModel()
+	if _, err := WriteFile(path, streamed(m), WriteOptions{ExternalThreshold: 10, MinExternal: 16}); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadModelWithData(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(back, m) {
+		t.Errorf("read back differs from the self-contained model")
+	}
+	for _, c := range []struct{ key, value, want string }{
+		{"location", "../out.onnx.data", "not a file name"},
+		{"length", "99999", "outside"},
+		{"offset", "x", "offset"},
+	} {
+		raw, _ := ReadModelFile(path)
+		for _, kv := range raw.Graph.Initializer[0].ExternalData {
+			if kv.GetKey() == c.key {
+				kv.Value = proto.String(c.value)
+			}
+		}
+		bad := filepath.Join(dir, "bad.onnx")
+		os.Remove(bad)
+		if err := os.WriteFile(bad, marshal(t, raw), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadModelWithData(bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s = %s: %v, want %q", c.key, c.value, err, c.want)
+		}
 	}
 }

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 
 	"sparkconv/infile"
 	"sparkconv/onnxpb"
@@ -308,4 +311,67 @@ func (d *structDecoder) tensor(size int64) (*onnxpb.TensorProto, error) {
 		t.RawData = b
 	}
 	return t, nil
+}
+
+// ReadModelWithData parses an .onnx file and reads every external
+// initializer's bytes into its raw_data (from the file its relative
+// location names, beside the model), so the model holds every weight
+// inline, as a self-contained file would. The location must be a plain
+// file name and offset and length must lie inside that file.
+func ReadModelWithData(path string) (*onnxpb.ModelProto, error) {
+	m, err := ReadModelFile(path)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]*os.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, t := range m.GetGraph().GetInitializer() {
+		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
+			continue
+		}
+		loc, off, length := "", int64(0), int64(-1)
+		for _, kv := range t.GetExternalData() {
+			switch kv.GetKey() {
+			case "location":
+				loc = kv.GetValue()
+			case "offset":
+				off, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			case "length":
+				length, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: initializer %s: external data %s %q: %w", path, t.GetName(), kv.GetKey(), kv.GetValue(), err)
+			}
+		}
+		if loc == "" || filepath.Base(loc) != loc || loc == "." || loc == ".." {
+			return nil, fmt.Errorf("%s: initializer %s: external data location %q is not a file name beside the model", path, t.GetName(), loc)
+		}
+		f, ok := files[loc]
+		if !ok {
+			if f, _, err = infile.Open(filepath.Join(filepath.Dir(path), loc)); err != nil {
+				return nil, fmt.Errorf("%s: initializer %s: %w", path, t.GetName(), err)
+			}
+			files[loc] = f
+		}
+		st, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		if length < 0 {
+			length = st.Size() - off
+		}
+		if off < 0 || length < 0 || off+length > st.Size() {
+			return nil, fmt.Errorf("%s: initializer %s: bytes %d..%d outside %s (%d bytes)", path, t.GetName(), off, off+length, loc, st.Size())
+		}
+		raw := make([]byte, length)
+		if _, err := f.ReadAt(raw, off); err != nil {
+			return nil, fmt.Errorf("%s: initializer %s: reading %s: %w", path, t.GetName(), loc, err)
+		}
+		t.RawData, t.ExternalData, t.DataLocation = raw, nil, nil
+	}
+	return m, nil
 }

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"sparkconv/infile"
@@ -403,4 +404,102 @@ func HashFile(path string) (FileInfo, error) {
 		return FileInfo{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return FileInfo{Name: filepath.Base(path), Size: ch.n, SHA256: hex.EncodeToString(ch.h.Sum(nil))}, nil
+}
+
+// sharedTensor is one initializer of a shared data file: where it lies and
+// which model's Data writes it.
+type sharedTensor struct {
+	loc   *extLoc
+	t     *onnxpb.TensorProto
+	model int
+	index int
+}
+
+// WriteShared writes models that share their weights (a decode-step graph
+// and its prefill graph): every streamed initializer of at least
+// opt.MinExternal bytes goes once into dataPath, at a 4096-aligned offset,
+// in the order the models first hold them, and every model holding an
+// initializer of that name refers to the same location, offset and length.
+// Initializers of one name must agree in type, dims and size (the first
+// model's bytes are written). dataPath and paths lie in one folder (the
+// location is relative); each file is written as WriteFile writes it. It
+// returns the data file's info and each model's (External set).
+func WriteShared(dataPath string, paths []string, models []Model, opt WriteOptions) (FileInfo, []FileInfo, error) {
+	if len(paths) != len(models) || len(models) == 0 {
+		return FileInfo{}, nil, fmt.Errorf("WriteShared: %d paths for %d models", len(paths), len(models))
+	}
+	minBytes := opt.MinExternal
+	if minBytes <= 0 {
+		minBytes = 1024
+	}
+	location := filepath.Base(dataPath)
+	shared := map[string]*sharedTensor{}
+	var order []*sharedTensor
+	exts := make([][]*extLoc, len(models))
+	var off int64
+	for i, m := range models {
+		if filepath.Dir(paths[i]) != filepath.Dir(dataPath) {
+			return FileInfo{}, nil, fmt.Errorf("WriteShared: %s is not in the folder of %s", paths[i], dataPath)
+		}
+		inits := m.Proto.GetGraph().GetInitializer()
+		exts[i] = make([]*extLoc, len(inits))
+		for k, t := range inits {
+			d := m.data(k)
+			if d == nil || d.Size() < minBytes {
+				continue
+			}
+			if s, ok := shared[t.GetName()]; ok {
+				if s.t.GetDataType() != t.GetDataType() || !slices.Equal(s.t.GetDims(), t.GetDims()) || s.loc.length != d.Size() {
+					return FileInfo{}, nil, fmt.Errorf("initializer %s: %s has type %d dims %v (%d bytes), %s type %d dims %v (%d bytes): shared weights must be equal",
+						t.GetName(), filepath.Base(paths[s.model]), s.t.GetDataType(), s.t.GetDims(), s.loc.length, filepath.Base(paths[i]), t.GetDataType(), t.GetDims(), d.Size())
+				}
+				exts[i][k] = s.loc
+				continue
+			}
+			off = (off + ExternalAlign - 1) / ExternalAlign * ExternalAlign
+			s := &sharedTensor{loc: &extLoc{location: location, offset: off, length: d.Size()}, t: t, model: i, index: k}
+			off += d.Size()
+			shared[t.GetName()] = s
+			order = append(order, s)
+			exts[i][k] = s.loc
+		}
+	}
+	for i, m := range models {
+		if n := sizeOf(m.segments(exts[i])); n > MaxProtoSize {
+			return FileInfo{}, nil, fmt.Errorf("graph %s: %d bytes even with external data", m.Proto.GetGraph().GetName(), n)
+		}
+	}
+	data, err := writeAtomic(dataPath, opt, func(w io.Writer) error {
+		var pos int64
+		zeros := make([]byte, ExternalAlign)
+		for _, s := range order {
+			if _, err := w.Write(zeros[:s.loc.offset-pos]); err != nil {
+				return err
+			}
+			n, err := models[s.model].Data[s.index].WriteTo(w)
+			if err != nil {
+				return fmt.Errorf("initializer %s: %w", s.t.GetName(), err)
+			}
+			if n != s.loc.length {
+				return fmt.Errorf("initializer %s wrote %d bytes, declared %d", s.t.GetName(), n, s.loc.length)
+			}
+			pos = s.loc.offset + n
+		}
+		return nil
+	})
+	if err != nil {
+		return FileInfo{}, nil, err
+	}
+	infos := make([]FileInfo, len(models))
+	for i, m := range models {
+		segs := m.segments(exts[i])
+		info, err := writeAtomic(paths[i], opt, func(w io.Writer) error { return writeSegments(w, segs) })
+		if err != nil {
+			return FileInfo{}, nil, err
+		}
+		d := data
+		info.External = &d
+		infos[i] = info
+	}
+	return data, infos, nil
 }

@@ -33,11 +33,15 @@ type Runner struct {
 	graphs   []*graphRun
 	states   map[int]*onnxgraph.CacheState
 	clone    bool // shares another Runner's sessions; Close leaves them
+	// embedPre is the embed graph's prefill graph (nil without them).
+	embedPre *Session
 }
 
 type graphRun struct {
 	entry onnxgraph.GraphEntry
 	sess  *Session
+	// pre is the graph's prefill graph (nil without them).
+	pre *Session
 }
 
 // StepTrace is what one decode step produced.
@@ -63,19 +67,28 @@ func OpenRunner(dir string, opt RunnerOptions) (*Runner, error) {
 	}
 	r := &Runner{Manifest: man, Dir: dir, dt: dt, states: map[int]*onnxgraph.CacheState{}}
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x5eed))
+	pre := onnxgraph.PrefillOf(man)
 	for _, g := range man.Graphs {
 		s, err := OpenSession(filepath.Join(dir, g.File), opt.SessionOptions)
 		if err != nil {
 			r.Close()
 			return nil, err
 		}
+		var ps *Session
+		if pg, ok := pre[g.Name]; ok {
+			if ps, err = OpenSession(filepath.Join(dir, pg.File), opt.SessionOptions); err != nil {
+				s.Close()
+				r.Close()
+				return nil, err
+			}
+		}
 		switch g.Kind {
 		case onnxgraph.KindEmbed:
-			r.embed = s
+			r.embed, r.embedPre = s, ps
 		case onnxgraph.KindHead:
 			r.head = s
 		default:
-			r.graphs = append(r.graphs, &graphRun{entry: g, sess: s})
+			r.graphs = append(r.graphs, &graphRun{entry: g, sess: s, pre: ps})
 			for _, li := range g.LayerInfos() {
 				st, err := onnxgraph.NewCacheState(&g, li, rng, opt.KeyGarbage, opt.ValueGarbage)
 				if err != nil {
@@ -101,11 +114,7 @@ func (r *Runner) Clone() *Runner {
 	c.clone = true
 	c.states = map[int]*onnxgraph.CacheState{}
 	for i, st := range r.states {
-		cp := *st
-		cp.Key = append([]float32(nil), st.Key...)
-		cp.Value = append([]float32(nil), st.Value...)
-		cp.Written = append([]bool(nil), st.Written...)
-		c.states[i] = &cp
+		c.states[i] = st.Clone()
 	}
 	return &c
 }
@@ -115,13 +124,16 @@ func (r *Runner) Close() {
 	if r.clone {
 		return
 	}
-	for _, s := range []*Session{r.embed, r.head} {
+	for _, s := range []*Session{r.embed, r.embedPre, r.head} {
 		if s != nil {
 			s.Close()
 		}
 	}
 	for _, g := range r.graphs {
 		g.sess.Close()
+		if g.pre != nil {
+			g.pre.Close()
+		}
 	}
 }
 
@@ -130,7 +142,7 @@ func (r *Runner) Close() {
 // ONNX Runtime reads from the file. It returns one line per mismatch.
 func (r *Runner) CheckFiles() ([]string, error) {
 	var bad []string
-	for _, g := range r.Manifest.Graphs {
+	for _, g := range r.Manifest.AllGraphs() {
 		h, err := onnxio.HashFile(filepath.Join(r.Dir, g.File))
 		if err != nil {
 			return nil, err
@@ -167,9 +179,16 @@ func (r *Runner) Session(file string) *Session {
 	case r.head != nil && file == r.entry(onnxgraph.KindHead).File:
 		return r.head
 	}
+	pre := onnxgraph.PrefillOf(r.Manifest)
+	if r.embedPre != nil && file == pre[r.entry(onnxgraph.KindEmbed).Name].File {
+		return r.embedPre
+	}
 	for _, g := range r.graphs {
 		if g.entry.File == file {
 			return g.sess
+		}
+		if g.pre != nil && file == pre[g.entry.Name].File {
+			return g.pre
 		}
 	}
 	return nil
@@ -217,6 +236,67 @@ func (r *Runner) Step(id int64, p int) (*StepTrace, error) {
 	}
 	tr.HiddenOut = hidden.Floats()
 	out, err = r.head.Run(map[string]onnxgraph.Tensor{"hidden_in": hidden})
+	if err != nil {
+		return nil, fmt.Errorf("head: %w", err)
+	}
+	tr.Logits = out["logits"].Floats()
+	return tr, nil
+}
+
+// HasPrefill reports whether the export has prefill graphs.
+func (r *Runner) HasPrefill() bool { return r.Manifest.Prefill != nil }
+
+// Prefill runs the prompt ids at positions start.. through the prefill
+// graphs, the manifest's prefill tokens at a time (the last chunk padded
+// with token 0, its padding rows dropped), storing every prompt token's
+// cache entries, and returns the trace of the prompt's last token: the
+// head's input and logits (the first token to generate). The caches must
+// hold exactly positions 0..start-1, as Step and Prefill leave them.
+func (r *Runner) Prefill(ids []int64, start int) (*StepTrace, error) {
+	if !r.HasPrefill() {
+		return nil, fmt.Errorf("%s: the export has no prefill graphs (export-onnx --prefill)", r.Dir)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("prefill: no tokens")
+	}
+	n := r.Manifest.Prefill.Tokens
+	prompt := make([]int, len(ids))
+	for i, id := range ids {
+		prompt[i] = int(id)
+	}
+	mv := float32(r.Manifest.MaskValue)
+	var last []float32
+	for _, ch := range onnxgraph.Chunks(len(ids), n) {
+		p := start + ch.Start
+		out, err := r.embedPre.Run(map[string]onnxgraph.Tensor{"input_ids": onnxgraph.PrefillIDs(prompt, ch, n)})
+		if err != nil {
+			return nil, fmt.Errorf("embed prefill at %d: %w", p, err)
+		}
+		hidden := out["hidden_out"]
+		for _, g := range r.graphs {
+			feeds := map[string]onnxgraph.Tensor{"hidden_in": hidden}
+			for _, li := range g.entry.LayerInfos() {
+				for k, v := range r.states[li.Layer].PrefillFeeds(r.dt, p, n, mv, onnxgraph.LayerSuffix(g.entry.Kind, li.Layer)) {
+					feeds[k] = v
+				}
+			}
+			out, err := g.pre.Run(feeds)
+			if err != nil {
+				return nil, fmt.Errorf("%s prefill at %d: %w", g.entry.File, p, err)
+			}
+			for _, li := range g.entry.LayerInfos() {
+				if _, _, err := r.states[li.Layer].UpdatePrefill(out, p, n, ch.Valid, onnxgraph.LayerSuffix(g.entry.Kind, li.Layer)); err != nil {
+					return nil, fmt.Errorf("%s: %w", g.entry.File, err)
+				}
+			}
+			hidden = out["hidden_out"]
+		}
+		h := hidden.Floats()
+		w := len(h) / n
+		last = h[(ch.Valid-1)*w : ch.Valid*w]
+	}
+	tr := &StepTrace{HiddenOut: last}
+	out, err := r.head.Run(map[string]onnxgraph.Tensor{"hidden_in": onnxgraph.FloatTensor(r.dt, []int64{1, 1, int64(len(last))}, last)})
 	if err != nil {
 		return nil, fmt.Errorf("head: %w", err)
 	}

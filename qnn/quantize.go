@@ -188,6 +188,10 @@ func (p *EncodingPlan) union(a, b string) {
 	p.group[ra] = ra
 }
 
+// Group names the group of tied tensors t belongs to (its
+// representative): tensors of one group share one encoding.
+func (p *EncodingPlan) Group(t string) string { return p.find(t) }
+
 // ActSet is the set of Acts.
 func (p *EncodingPlan) ActSet() map[string]bool {
 	if p.acts == nil {

@@ -52,6 +52,9 @@ type GraphResult struct {
 	WorstPos int      `json:"worst_position"`
 	Top1     *float64 `json:"top1_agree,omitempty"`
 	Held     int      `json:"held_out_samples"`
+	// Tied counts the activation encodings taken from the decode graph
+	// (prefill graphs only).
+	Tied int `json:"tied_encodings,omitempty"`
 }
 
 // Positions are the stream positions a bundle uses: Observe set the
@@ -71,6 +74,10 @@ type RangeOptions struct {
 	// Headroom widens every observed range of a 16-bit activation by this
 	// factor about 0 (1: the observed min/max); see qnn.EncodingPlan.Encodings.
 	Headroom float64
+	// Tie, for a prefill graph, holds the decode graph's encodings of the
+	// tensors the two share (PrefillTies): they and every tensor tied to
+	// them take those encodings as they are.
+	Tie map[string]qnn.Encoding
 }
 
 // BundleGraph calibrates one graph of the export in dir on the trace and
@@ -79,10 +86,7 @@ type RangeOptions struct {
 // entry.
 func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Positions, prec qnn.Precision, opt RangeOptions) (*GraphResult, *onnxgraph.GraphEntry, error) {
 	src := filepath.Join(dir, e.File)
-	if e.ExternalData != nil {
-		return nil, nil, fmt.Errorf("%s keeps its weights in %s: qnn-bundle reads graphs with inline weights (every graph under 2 GiB)", e.File, e.ExternalData.Name)
-	}
-	m, err := onnxio.ReadModelFile(src)
+	m, err := onnxio.ReadModelWithData(src)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,6 +101,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 			fixed[in.Name] = [2]float64{opt.MaskClip, 0}
 		}
 	}
+	tieRanges(fixed, opt.Tie)
 	ranges := qnn.Ranges{}
 	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
@@ -115,13 +120,14 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
+	tied := applyTies(enc, plan, opt.Tie)
 	calib, err := t.Collect(e, pos.Calib, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	res := &GraphResult{Name: e.Name, Dir: e.Name + ".aimet", Samples: len(calib), Observed: len(pos.Observe), Held: len(pos.Held),
-		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns)}
-	if err := res.write(out, src, e, enc, calib); err != nil {
+		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns), Tied: tied}
+	if err := res.write(out, src, externalFile(dir, e), e, enc, calib); err != nil {
 		return nil, nil, err
 	}
 	qm, err := QDQModel(m, enc, plan.Params)
@@ -171,8 +177,9 @@ func clamp(v []float32, lo, hi float64) []float32 {
 	return out
 }
 
-// write puts the graph's .aimet folder and npz under out.
-func (res *GraphResult) write(out, src string, e onnxgraph.GraphEntry, enc *qnn.Encodings, calib []Sample) error {
+// write puts the graph's .aimet folder (with its weights file ext, when
+// it has one) and npz under out.
+func (res *GraphResult) write(out, src, ext string, e onnxgraph.GraphEntry, enc *qnn.Encodings, calib []Sample) error {
 	dir := filepath.Join(out, res.Dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -180,6 +187,12 @@ func (res *GraphResult) write(out, src string, e onnxgraph.GraphEntry, enc *qnn.
 	onnxName := e.Name + ".onnx"
 	if err := copyFile(src, filepath.Join(dir, onnxName)); err != nil {
 		return err
+	}
+	if ext != "" {
+		if err := linkOrCopy(ext, filepath.Join(dir, filepath.Base(ext))); err != nil {
+			return err
+		}
+		res.Files = append(res.Files, res.Dir+"/"+filepath.Base(ext))
 	}
 	data, err := enc.Marshal()
 	if err != nil {
@@ -212,7 +225,7 @@ func (res *GraphResult) write(out, src string, e onnxgraph.GraphEntry, enc *qnn.
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", res.CalibFile, err)
 	}
-	res.Files = []string{res.Dir + "/" + onnxName, res.Dir + "/" + encName}
+	res.Files = append([]string{res.Dir + "/" + onnxName, res.Dir + "/" + encName}, res.Files...)
 	for _, name := range append(append([]string(nil), res.Files...), res.CalibFile) {
 		st, err := os.Stat(filepath.Join(out, name))
 		if err != nil {
@@ -245,11 +258,15 @@ func copyFile(src, dst string) error {
 
 // WriteQDQManifest writes the QDQ folder's manifest.json: the export's
 // manifest with each graph's sha256 and size those of its QDQ graph, so the
-// folder is an export any runner (verify's, eval --export) can run.
-func WriteQDQManifest(out string, man *onnxgraph.Manifest, graphs []onnxgraph.GraphEntry) error {
+// folder is an export any runner (verify's, eval --export) can run; the
+// prefill graphs' QDQ graphs, when the export has them, under "prefill".
+func WriteQDQManifest(out string, man *onnxgraph.Manifest, graphs, prefill []onnxgraph.GraphEntry) error {
 	q := *man
 	q.Producer = "sparkconv qnn-bundle (QDQ simulation)"
 	q.Graphs = graphs
+	if man.Prefill != nil {
+		q.Prefill = &onnxgraph.Prefill{Tokens: man.Prefill.Tokens, Graphs: prefill}
+	}
 	data, err := q.Marshal()
 	if err != nil {
 		return err
@@ -269,6 +286,7 @@ type Bundle struct {
 	Calibration   BundleCalibration       `json:"calibration"`
 	Mask          BundleMask              `json:"mask"`
 	Simulation    *BundleSimulation       `json:"simulation,omitempty"`
+	Prefill       *BundlePrefill          `json:"prefill,omitempty"`
 	Graphs        map[string]*GraphResult `json:"graphs"`
 	GraphOrder    []string                `json:"graph_order"`
 	Forced        bool                    `json:"forced,omitempty"`

@@ -70,7 +70,7 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec qnn.Precision) (ex
 		held[e.Name] = h
 		qdq = append(qdq, *qe)
 	}
-	if err := WriteQDQManifest(out, man, qdq); err != nil {
+	if err := WriteQDQManifest(out, man, qdq, nil); err != nil {
 		t.Fatal(err)
 	}
 	return export, out, man, held

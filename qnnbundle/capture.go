@@ -113,7 +113,11 @@ func (t *Trace) hiddenAt(i, p int) []float32 {
 
 // Samples calls fn with graph e's inputs at each of positions (ascending),
 // and with the reference's outputs when want is set.
+// For a prefill graph positions are chunk starts (prefillSamples).
 func (t *Trace) Samples(e onnxgraph.GraphEntry, positions []int, want bool, fn func(Sample) error) error {
+	if e.Decode != "" {
+		return t.prefillSamples(e, positions, want, fn)
+	}
 	if !sort.IntsAreSorted(positions) {
 		return fmt.Errorf("positions not ascending")
 	}

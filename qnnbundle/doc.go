@@ -8,5 +8,7 @@
 // calibration inputs (WriteNPZ) and the QDQ simulation graph (QDQModel).
 // Each QDQ graph then runs in ONNX Runtime on held-out positions
 // (Simulate); a bundle whose worst layer simulates below BarDB is refused
-// (ErrRefused) unless forced.
+// (ErrRefused) unless forced. An export's prefill graphs are bundled the
+// same way on whole chunks at prefill positions, their encodings tied to
+// their decode graphs' (prefill.go).
 package qnnbundle

@@ -138,7 +138,14 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	b.Calibration.Headroom = o.Headroom
 	b.Mask = BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{o.MaskClip, 0},
 		Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}
-	worst, worstName, err := o.graphs(ctx, b, d.Path(), man, trace, heldTrace, pos)
+	var ppos Positions
+	if man.Prefill != nil {
+		if ppos, err = PrefillPositions(man.Prefill.Tokens, len(ids), len(heldPos), len(calibPos)); err != nil {
+			return nil, err
+		}
+		b.Prefill = &BundlePrefill{Tokens: man.Prefill.Tokens, Observed: ppos.Observe, Chunks: ppos.Calib, HeldOut: ppos.Held}
+	}
+	worst, worstName, err := o.graphs(ctx, b, d.Path(), man, trace, heldTrace, pos, ppos)
 	if err != nil {
 		return nil, err
 	}
@@ -209,24 +216,48 @@ func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int
 
 // graphs calibrates, writes and simulates every graph of the export into
 // dir, recording each in b, and returns the worst layer's simulated SNR.
-func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace, heldTrace *Trace, pos Positions) (float64, string, error) {
+// A prefill graph follows its decode graph, at the chunk starts ppos, tied
+// to the encodings the decode graph got.
+func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace, heldTrace *Trace, pos, ppos Positions) (float64, string, error) {
 	graphs := onnxgraph.GraphOrder(man)
-	bar := progress.New(int64(len(graphs)), "qnn-bundle", false)
-	var qdq []onnxgraph.GraphEntry
+	pre := onnxgraph.PrefillOf(man)
+	bar := progress.New(int64(len(man.AllGraphs())), "qnn-bundle", false)
+	var qdq, qdqPre []onnxgraph.GraphEntry
 	worst, worstName := math.Inf(1), ""
 	var calTime, simTime time.Duration
+	type job struct {
+		e   onnxgraph.GraphEntry
+		pos Positions
+		dec *onnxgraph.GraphEntry // a prefill graph's decode graph
+	}
+	var jobs []job
 	for _, e := range graphs {
+		jobs = append(jobs, job{e: e, pos: pos})
+		if pg, ok := pre[e.Name]; ok {
+			jobs = append(jobs, job{e: pg, pos: ppos, dec: &e})
+		}
+	}
+	for _, j := range jobs {
+		e := j.e
 		if err := ctx.Err(); err != nil {
 			return 0, "", err
 		}
 		bar.Describe(e.File)
 		t0 := time.Now()
-		res, qe, err := BundleGraph(o.Export, dir, trace, e, pos, o.Precision, RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom})
+		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom}
+		if j.dec != nil {
+			dec, err := qnn.ReadEncodings(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".encodings"))
+			if err != nil {
+				return 0, "", err
+			}
+			ro.Tie = PrefillTies(dec, *j.dec, e)
+		}
+		res, qe, err := BundleGraph(o.Export, dir, trace, e, j.pos, o.Precision, ro)
 		if err != nil {
 			return 0, "", err
 		}
 		t1 := time.Now()
-		held := func(fn func(Sample) error) error { return heldTrace.Samples(e, pos.Held, true, fn) }
+		held := func(fn func(Sample) error) error { return heldTrace.Samples(e, j.pos.Held, true, fn) }
 		sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, held, o.Threads)
 		if err != nil {
 			return 0, "", err
@@ -244,11 +275,15 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		}
 		b.Graphs[e.Name] = res
 		b.GraphOrder = append(b.GraphOrder, e.Name)
-		qdq = append(qdq, *qe)
+		if j.dec != nil {
+			qdqPre = append(qdqPre, *qe)
+		} else {
+			qdq = append(qdq, *qe)
+		}
 		bar.Add(1)
 	}
 	bar.Done(true)
-	if err := WriteQDQManifest(dir, man, qdq); err != nil {
+	if err := WriteQDQManifest(dir, man, qdq, qdqPre); err != nil {
 		return 0, "", err
 	}
 	b.Calibration.CalibrateSeconds = round2(calTime.Seconds())
@@ -276,7 +311,7 @@ func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote
 	for _, name := range b.GraphOrder {
 		r := b.Graphs[name]
 		total += r.Bytes
-		line := fmt.Sprintf("  %-10s %5d act %4d param encodings  simulated %s dB", name, r.Activations, r.Params, fmtPtr(r.SNR))
+		line := fmt.Sprintf("  %-16s %5d act %4d param encodings  simulated %s dB", name, r.Activations, r.Params, fmtPtr(r.SNR))
 		if r.SNRDelta != nil {
 			line += fmt.Sprintf(", delta %s dB", fmtPtr(r.SNRDelta))
 		}

@@ -89,19 +89,30 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, threads in
 	}
 	var main, delta posSNR
 	top1 := 0
+	// A prefill graph's sample is a chunk of rows, one position each: each
+	// is scored on its own, as the decode step's positions are.
+	rows := 1
+	if t, ok := e.Tensor(want); ok && len(t.Shape) == 3 {
+		rows = int(t.Shape[1])
+	}
 	err = held(func(sm Sample) error {
 		got, err := s.Run(sm.Feeds)
 		if err != nil {
 			return fmt.Errorf("position %d: %w", sm.Pos, err)
 		}
 		ref, y := sm.Want[want], got[want].Floats()
-		main.add(sm.Pos, quant.Compare(ref, y))
+		w := len(ref) / rows
+		for r := range rows {
+			main.add(sm.Pos+r, quant.Compare(ref[r*w:(r+1)*w], y[r*w:(r+1)*w]))
+		}
 		if in, ok := sm.Feeds["hidden_in"]; ok && want == "hidden_out" {
 			dr, dy := make([]float32, len(ref)), make([]float32, len(ref))
 			for i, x := range in.F32 {
 				dr[i], dy[i] = ref[i]-x, y[i]-x
 			}
-			delta.add(sm.Pos, quant.Compare(dr, dy))
+			for r := range rows {
+				delta.add(sm.Pos+r, quant.Compare(dr[r*w:(r+1)*w], dy[r*w:(r+1)*w]))
+			}
 		}
 		if want == "logits" && forward.ArgMax(ref) == forward.ArgMax(y) {
 			top1++

@@ -43,6 +43,10 @@ type Options struct {
 	// KeyGarbage and ValueGarbage fill never-written slots; 0 means 50 and
 	// 1000 (finite, far outside real activations, hidden only by the mask).
 	KeyGarbage, ValueGarbage float64
+	// Prompts are the prompt lengths the prefill check drives through an
+	// export's prefill graphs before decoding (prefill.go); nil means
+	// DefaultPrompts. Exports without prefill graphs ignore them.
+	Prompts []int
 }
 
 // DB is a decibel value whose JSON form is a number, or "inf" for an exact
@@ -97,6 +101,8 @@ type Report struct {
 	Failures []string `json:"failures,omitempty"`
 	// Notes are checks that could not be made (not failures).
 	Notes []string `json:"notes,omitempty"`
+	// Prefill is the prefill check, for an export with prefill graphs.
+	Prefill *PrefillReport `json:"prefill,omitempty"`
 }
 
 // acc accumulates one output's errors over the steps.
@@ -139,6 +145,9 @@ type verifier struct {
 	accs   map[string]map[string]*acc // file -> output -> errors
 	chainL acc
 	report *Report
+	// prefillIO are prefill graphs' input/output mismatches; pending are
+	// failed bars found before finish.
+	prefillIO, pending []string
 }
 
 // Run verifies the export in dirs (one folder, or the folders of a
@@ -211,6 +220,16 @@ func Run(ctx context.Context, ref *forward.Model, dirs []string, o Options) (*Re
 		fileErrs = append(fileErrs, bad...)
 	}
 	v.report.Chain = v.chainL.metric()
+	if man.Prefill != nil {
+		prompts := o.Prompts
+		if prompts == nil {
+			prompts = DefaultPrompts(man.Prefill.Tokens, man.Context)
+		}
+		if err := v.runPrefill(prompts, o.Seed); err != nil {
+			return nil, err
+		}
+		fileErrs = append(fileErrs, v.prefillIO...)
+	}
 	v.finish()
 	for _, e := range fileErrs {
 		v.report.Pass = false
@@ -260,6 +279,9 @@ func Union(dirs []string) (*onnxgraph.Manifest, map[string]string, error) {
 		if out == nil {
 			c := *m
 			c.Graphs = nil
+			if m.Prefill != nil {
+				c.Prefill = &onnxgraph.Prefill{Tokens: m.Prefill.Tokens}
+			}
 			out = &c
 		} else if d := manifestDiff(out, m); d != "" {
 			return nil, nil, fmt.Errorf("%s and %s are not parts of one export: %s", dirs[0], dir, d)
@@ -283,6 +305,15 @@ func Union(dirs []string) (*onnxgraph.Manifest, map[string]string, error) {
 			}
 			dirOf[g.File] = dir
 			out.Graphs = append(out.Graphs, g)
+		}
+		if m.Prefill != nil {
+			for _, g := range m.Prefill.Graphs {
+				if _, dup := dirOf[g.File]; dup {
+					return nil, nil, fmt.Errorf("%s is in two --export folders", g.File)
+				}
+				dirOf[g.File] = dir
+				out.Prefill.Graphs = append(out.Prefill.Graphs, g)
+			}
 		}
 	}
 	var missing []string
@@ -326,6 +357,13 @@ func manifestDiff(a, b *onnxgraph.Manifest) string {
 	}
 	cfgA, _ := json.Marshal(a.Config)
 	cfgB, _ := json.Marshal(b.Config)
+	preA, preB := 0, 0
+	if a.Prefill != nil {
+		preA = a.Prefill.Tokens
+	}
+	if b.Prefill != nil {
+		preB = b.Prefill.Tokens
+	}
 	for _, d := range []struct {
 		key  string
 		x, y any
@@ -333,6 +371,7 @@ func manifestDiff(a, b *onnxgraph.Manifest) string {
 		{"opset", a.Opset, b.Opset}, {"context", a.Context, b.Context}, {"dtype", a.DType, b.DType},
 		{"mask_value", a.MaskValue, b.MaskValue}, {"gelu", a.GELU, b.GELU}, {"granularity", a.Granularity, b.Granularity},
 		{"layout", a.Layout, b.Layout}, {"source fingerprint", fpA, fpB}, {"config", string(cfgA), string(cfgB)},
+		{"prefill tokens", preA, preB},
 	} {
 		if fmt.Sprint(d.x) != fmt.Sprint(d.y) {
 			return fmt.Sprintf("%s %v vs %v", d.key, d.x, d.y)
@@ -618,12 +657,13 @@ func countTrue(b []bool) int {
 // finish turns the accumulators into graph reports and applies the bars.
 func (v *verifier) finish() {
 	r := v.report
-	r.Pass = true
+	r.Pass = len(v.pending) == 0
+	r.Failures = append(r.Failures, v.pending...)
 	fail := func(format string, a ...any) {
 		r.Pass = false
 		r.Failures = append(r.Failures, fmt.Sprintf(format, a...))
 	}
-	for _, g := range v.man.Graphs {
+	for _, g := range v.man.AllGraphs() {
 		gr := GraphReport{File: g.File, Kind: g.Kind, Outputs: map[string]Metric{}, SNR: DB(math.Inf(1)), Pass: true}
 		names := make([]string, 0, len(v.accs[g.File]))
 		for n := range v.accs[g.File] {
@@ -651,6 +691,11 @@ func (v *verifier) finish() {
 	if r.ShiftErrors != 0 {
 		fail("roll graphs: %d present_* entries are not the input shifted by one", r.ShiftErrors)
 	}
+}
+
+// fail records a failed bar found before finish.
+func (v *verifier) fail(format string, a ...any) {
+	v.pending = append(v.pending, fmt.Sprintf(format, a...))
 }
 
 // topK returns the indices of the k largest values, largest first (lower

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +160,83 @@ func copyDir(t *testing.T, src, dst string) {
 			t.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644)
+	}
+}
+
+// TestVerifyPrefill: prompts of 1, N-1, N+1 and 2N+300 tokens go through
+// the prefill graphs (N = 16 against a sliding window of 8, so a chunk
+// spans two windows and its own tokens overwrite ring slots other tokens
+// of the chunk still see; and the real N = 128) and then decode, against
+// the reference at every position.
+func TestVerifyPrefill(t *testing.T) {
+	orttest.Init(t)
+	cases := []struct {
+		name string
+		o    onnxgraph.ExportOptions
+	}{
+		{"fp32-auto-16", onnxgraph.ExportOptions{Context: 340, Prefill: 16}},
+		{"fp32-ring-block-16", onnxgraph.ExportOptions{Context: 340, Prefill: 16, Layout: onnxgraph.LayoutRing, Granularity: "block"}},
+		{"fp16-auto-16", onnxgraph.ExportOptions{Context: 340, Prefill: 16, DType: onnxgraph.Float16}},
+		{"fp32-auto-128", onnxgraph.ExportOptions{Context: 560, Prefill: 128}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := verifyExport(t, exporttest.Golden("spark-mini-tied"), c.o, Options{Steps: 12, Seed: 3})
+			if rep.Prefill == nil {
+				t.Fatal("no prefill report")
+			}
+			n := c.o.Prefill
+			var got []int
+			for _, p := range rep.Prefill.Prompts {
+				got = append(got, p.Tokens)
+				t.Logf("prompt %4d: %d chunks, %.1f dB (worst %s), top-1 %d/%d, chained logits %.1f dB top-1 %d/%d",
+					p.Tokens, p.Chunks, float64(p.SNR), p.Worst, p.Top1, p.Positions, float64(p.Chain.SNR), p.ChainTop1, p.Positions)
+				if float64(p.SNR) < rep.BarDB || !p.Pass || p.Positions != PrefillDecode+1 {
+					t.Errorf("prompt %d: %+v", p.Tokens, p)
+				}
+			}
+			if want := []int{1, n - 1, n + 1, 2*n + 300}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("prompts %v, want %v", got, want)
+			}
+			if !rep.Pass {
+				t.Errorf("verify failed: %v", rep.Failures)
+			}
+		})
+	}
+}
+
+// TestVerifyPrefillShards: the folders of a --layers matrix with prefill
+// graphs verify as one export, prefill check included; parts with other
+// prefill sizes are refused, and so is a changed shared weights file,
+// named before anything runs.
+func TestVerifyPrefillShards(t *testing.T) {
+	orttest.Init(t)
+	tied := exporttest.Golden("spark-mini-tied")
+	ref := openRef(t, tied)
+	o := Options{Steps: 4, Seed: 1, Threads: 1, Prompts: []int{3, 9}}
+	run := func(dirs ...string) (*Report, error) { return Run(context.Background(), ref, dirs, o) }
+	a := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 4, Layers: []int{0, 1, 2, 3}})
+	b := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 4, Layers: []int{4, 5, 6, 7}})
+	rep, err := run(a, b)
+	if err != nil || !rep.Pass || len(rep.Graphs) != 19 || rep.Prefill == nil || len(rep.Prefill.Prompts) != 2 {
+		t.Fatalf("union with prefill graphs: %v %+v", err, rep)
+	}
+	for _, p := range rep.Prefill.Prompts {
+		if p.Chunks != (p.Tokens+3)/4 || !p.Pass {
+			t.Errorf("prompt %+v", p)
+		}
+	}
+	other := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 8, Layers: []int{4, 5, 6, 7}})
+	if _, err := run(a, other); err == nil || !strings.Contains(err.Error(), "prefill tokens 4 vs 8") {
+		t.Errorf("parts with other prefill sizes: %v", err)
+	}
+	if _, err := Run(context.Background(), ref, []string{a, b}, Options{Steps: 4, Threads: 1, Prompts: []int{13}}); err == nil || !strings.Contains(err.Error(), "prompt of 13 tokens") {
+		t.Errorf("a prompt past the context less the decode steps: %v", err)
+	}
+	f, _ := os.OpenFile(filepath.Join(b, "layer_05.data"), os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{0})
+	f.Close()
+	if _, err := run(a, b); err == nil || !strings.Contains(err.Error(), "layer_05.data: sha256") {
+		t.Errorf("changed shared weights: %v", err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // exportONNXFlags are export-onnx's flags.
 type exportONNXFlags struct {
 	model, out, layout, dtype, granularity, gelu, layers string
-	context                                              int
+	context, prefill                                     int
 	force, noLint                                        bool
 }
 
@@ -34,12 +34,21 @@ float32 or rounded to float16); a file that would pass 2 GiB keeps its weights
 in "<file>.data". Every graph is then checked by the QNN lint; an error finding
 fails the export and nothing is written.
 
+--prefill N adds per embed, layer or block graph a prefill graph taking N
+tokens at once (embed_prefill.onnx, layer_NN_prefill.onnx, ...: the contract
+of docs/formats.md#prefill-graphs): the runtime feeds a prompt N tokens a
+step instead of one, with the same KV cache tensors. A graph and its prefill
+graph keep their weights in one shared file, "<graph>.data". 0 (the
+default) writes the decode step alone; 128 is the prompt length Qualcomm's
+LLM exports use.
+
 --layers exports a subset for sharding: embed.onnx comes with layer 0,
 head.onnx with the last layer, so disjoint ranges write every file once.
 The output folder is built beside --out and renamed into place when complete;
 the bytes are identical on every run.`,
 		Example: `  sparkconv export-onnx --model /tmp/spark-tiny --out /tmp/spark-tiny-onnx
   sparkconv export-onnx --model DIR --out OUT --dtype fp16 --granularity block --context 2048
+  sparkconv export-onnx --model DIR --out OUT --prefill 128
   sparkconv export-onnx --model DIR --out OUT-a --layers 0-13 && sparkconv export-onnx --model DIR --out OUT-b --layers 14-27`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runExportONNX(cmd, &f) },
@@ -53,11 +62,13 @@ the bytes are identical on every run.`,
 	fl.StringVar(&f.granularity, "granularity", "layer", "one graph per layer, or per block of 4 layers (3 sliding + 1 full)")
 	fl.StringVar(&f.gelu, "gelu", "", "erf (exact) or tanh; default follows config.json hidden_act")
 	fl.StringVar(&f.layers, "layers", "all", `layers to export, e.g. "0-13" or "0-3,8-11"`)
+	fl.IntVar(&f.prefill, "prefill", 0, "also write prefill graphs taking this many tokens at once (0: none; below --context)")
 	fl.BoolVar(&f.force, "force", false, "replace an existing output folder")
 	fl.BoolVar(&f.noLint, "no-lint", false, "skip the QNN lint")
 	freeForm(cmd, "model", "out")
 	oneOf(cmd, "layout", "auto", "ring", "roll")
 	intIn(cmd, "context", 2, spark.MaxContext).why(spark.MaxContextWhy)
+	intIn(cmd, "prefill", 0, spark.MaxContext-1)
 	oneOf(cmd, "dtype", "fp32", "float32", "fp16", "float16")
 	oneOf(cmd, "granularity", "layer", "block")
 	oneOf(cmd, "gelu", "erf", "tanh").unset()
@@ -89,7 +100,10 @@ type exportONNXFile struct {
 }
 
 func (f *exportONNXFlags) options(c *spark.Config) (onnxgraph.ExportOptions, error) {
-	o := onnxgraph.ExportOptions{Layout: f.layout, Context: f.context, Granularity: f.granularity, GELU: f.gelu}
+	o := onnxgraph.ExportOptions{Layout: f.layout, Context: f.context, Granularity: f.granularity, GELU: f.gelu, Prefill: f.prefill}
+	if err := checkIn("prefill", int64(f.prefill), 0, int64(f.context)-1, "--context - 1"); err != nil {
+		return o, err
+	}
 	switch f.dtype {
 	case "fp32", "float32":
 		o.DType = onnxgraph.Float32
@@ -130,10 +144,12 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 	rep := &exportONNXReport{Out: f.out}
 	man, err := onnxgraph.ExportFolder(cmd.Context(), f.model, f.out, f.force, o, func(dir string, man *onnxgraph.Manifest) error {
 		rep.Manifest = man
-		for _, g := range man.Graphs {
+		counted := map[string]bool{} // a weights file shared by two graphs counts once
+		for _, g := range man.AllGraphs() {
 			size := g.Bytes
-			if g.ExternalData != nil {
+			if g.ExternalData != nil && !counted[g.ExternalData.Name] {
 				size += g.ExternalData.Size
+				counted[g.ExternalData.Name] = true
 			}
 			rep.Files = append(rep.Files, exportONNXFile{File: g.File, Kind: g.Kind, Bytes: size, SHA256: g.SHA256})
 			rep.Bytes += size
@@ -142,7 +158,7 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 			return nil
 		}
 		var files []string
-		for _, g := range man.Graphs {
+		for _, g := range man.AllGraphs() {
 			files = append(files, g.File)
 		}
 		var err error
@@ -176,7 +192,7 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 	}
 	printLint(cmd, rep)
 	fmt.Fprintf(cmd.OutOrStdout(), "export-onnx: wrote %s: %d graphs, %.1f MB in %.1fs (%.0f MB/s); %s, %s, context %d, layout %s, QNN lint: %d errors, %d warnings\n",
-		f.out, len(man.Graphs), float64(rep.Bytes)/1e6, rep.Seconds, rep.MBPerSec, man.DType, man.Granularity, man.Context, man.Layout, rep.LintErrors, rep.LintWarnings)
+		f.out, len(man.AllGraphs()), float64(rep.Bytes)/1e6, rep.Seconds, rep.MBPerSec, man.DType, man.Granularity, man.Context, man.Layout, rep.LintErrors, rep.LintWarnings)
 	return nil
 }
 
@@ -187,7 +203,7 @@ func printLint(cmd *cobra.Command, rep *exportONNXReport) {
 	if jsonOut {
 		return
 	}
-	for _, g := range rep.Manifest.Graphs {
+	for _, g := range rep.Manifest.AllGraphs() {
 		for _, f := range rep.Lint[g.File] {
 			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", g.File, f)
 		}

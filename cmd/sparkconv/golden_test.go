@@ -44,6 +44,7 @@ var goldenRuns = []struct {
 	{"calibrate", []string{"calibrate", "--model", "MODEL", "--samples", "../../fixtures/corpus/calib.txt", "--out", "OUT"}},
 	{"export-onnx", []string{"export-onnx", "--model", "MODEL", "--out", "OUT"}},
 	{"export-onnx fp16 block", []string{"export-onnx", "--model", "MODEL", "--out", "OUT", "--dtype", "fp16", "--granularity", "block"}},
+	{"export-onnx --prefill 16", []string{"export-onnx", "--model", "MODEL", "--out", "OUT", "--prefill", "16"}},
 	{"forward --dump", []string{"forward", "--model", "MODEL", "--ids", "1,2,3,4,5", "--dump", "DIR/dump.safetensors"}},
 	{"rotate --seed 7", []string{"rotate", "--seed", "7", "--model", "MODEL", "--out", "OUT"}},
 	{"rotate --seed 7 --smooth-down auto", []string{"rotate", "--seed", "7", "--smooth-down", "auto", "--model", "MODEL", "--out", "OUT"}},

@@ -3,6 +3,7 @@ package evalort
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"sparkconv/eval"
@@ -54,12 +55,16 @@ func TestExportFidelity(t *testing.T) {
 	defer done()
 	for _, c := range []struct {
 		dt                          onnxgraph.DType
+		prefill                     int
 		maxKLD, minTop, maxLayerErr float64
-	}{{onnxgraph.Float32, 1e-4, 0.99, 1e-5}, {onnxgraph.Float16, 1e-2, 0.9, 1e-2}} {
-		exp := exporttest.Export(t, dir, onnxgraph.ExportOptions{Context: 64, DType: c.dt, Layout: onnxgraph.LayoutRing})
+	}{{onnxgraph.Float32, 0, 1e-4, 0.99, 1e-5}, {onnxgraph.Float16, 0, 1e-2, 0.9, 1e-2}, {onnxgraph.Float32, 12, 1e-4, 0.99, 1e-5}} {
+		exp := exporttest.Export(t, dir, onnxgraph.ExportOptions{Context: 64, DType: c.dt, Layout: onnxgraph.LayoutRing, Prefill: c.prefill})
 		e, err := Open(exp, 1, "")
 		if err != nil {
 			t.Fatal(err)
+		}
+		if e.UsePrefill(true) != (c.prefill > 0) || (c.prefill > 0) != strings.Contains(e.Describe(), "prefill chunks") {
+			t.Errorf("prefill %d: %s", c.prefill, e.Describe())
 		}
 		r, err := eval.Evaluate(base, e, opt)
 		if err != nil {
@@ -80,8 +85,8 @@ func TestExportFidelity(t *testing.T) {
 			t.Errorf("%s: layer errors %v", c.dt, r.LayerRelErr)
 		}
 		t.Logf("%s export: layer output relative errors %.3g", c.dt, r.LayerRelErr)
-		t.Logf("%s export: KLD %.3g (max %.3g), same top-1 %.4f, PPL ratio %.6f, greedy %d/%d; %.0f tokens/s",
-			c.dt, r.KLD.Mean, r.KLD.Max, r.SameTop1, r.PPLRatio, r.Greedy.Exact, r.Greedy.Prompts, r.TokensPerS)
+		t.Logf("%s export, prefill %d: KLD %.3g (max %.3g), same top-1 %.4f, PPL ratio %.6f, greedy %d/%d; %.0f tokens/s",
+			c.dt, c.prefill, r.KLD.Mean, r.KLD.Max, r.SameTop1, r.PPLRatio, r.Greedy.Exact, r.Greedy.Prompts, r.TokensPerS)
 		if r.KLD.Mean > c.maxKLD || r.SameTop1 < c.minTop || r.TokensScored != 3*31 {
 			t.Errorf("%s export: %+v", c.dt, r.Stats)
 		}
