@@ -57,28 +57,38 @@ type Solution interface {
 // Calibration is what a calibrated conversion did, recorded in the
 // config's quantization_config (meta) and the report.
 type Calibration struct {
-	Method         string     `json:"method"`  // "gptq"
-	Sources        []string   `json:"sources"` // samples files, or "embedded corpus"
-	SHA256         string     `json:"sha256"`  // of the samples files' bytes, concatenated in order
-	Samples        int        `json:"samples"` // samples with at least one token used
-	Tokens         int64      `json:"tokens"`  // tokens run through the model
-	HessianTokens  int64      `json:"hessian_tokens"`
-	HeldOutTokens  int64      `json:"held_out_tokens"`
-	TokenBudget    int        `json:"token_budget"`
-	SeqLen         int        `json:"seq_len"`
-	DampPercent    float64    `json:"damp_percent"`
-	BlockSize      int        `json:"block_size"`
-	ActOrder       bool       `json:"act_order"`
-	StaticGroups   bool       `json:"static_groups"`
-	TrueSequential bool       `json:"true_sequential"`
-	Sequential     string     `json:"sequential"`
-	Kernels        string     `json:"kernels"` // the kernel family that ran the forward (kernels.Family)
-	SmoothAlpha    float64    `json:"smoothquant_alpha,omitempty"`
-	Fallbacks      []Fallback `json:"fallbacks"`
-	Redamped       []Redamp   `json:"redamped"`
-	ForwardS       float64    `json:"forward_s"`
-	SolveS         float64    `json:"solve_s"`
-	PeakRSSMB      float64    `json:"peak_rss_mb"`
+	Method         string   `json:"method"`  // "gptq"
+	Sources        []string `json:"sources"` // samples files, or "embedded corpus"
+	SHA256         string   `json:"sha256"`  // of the samples files' bytes, concatenated in order
+	Samples        int      `json:"samples"` // samples with at least one token used
+	Tokens         int64    `json:"tokens"`  // tokens run through the model
+	HessianTokens  int64    `json:"hessian_tokens"`
+	HeldOutTokens  int64    `json:"held_out_tokens"`
+	TokenBudget    int      `json:"token_budget"`
+	SeqLen         int      `json:"seq_len"`
+	DampPercent    float64  `json:"damp_percent"`
+	BlockSize      int      `json:"block_size"`
+	ActOrder       bool     `json:"act_order"`
+	StaticGroups   bool     `json:"static_groups"`
+	TrueSequential bool     `json:"true_sequential"`
+	Sequential     string   `json:"sequential"`
+	Kernels        string   `json:"kernels"` // the kernel family that ran the forward (kernels.Family)
+	// WeightedSearch: each 4-bit group's parameter search weighed a
+	// weight's error by its input channel's activation energy (the
+	// Hessian's diagonal).
+	WeightedSearch bool `json:"weighted_search"`
+	// RefitSweeps: sweeps of the least-squares refit of the group
+	// parameters to the solved codes under the Hessian (0: none);
+	// RefitRounds: solves of the codes with it (each after the first
+	// taking the refitted parameters as given).
+	RefitSweeps int        `json:"refit_sweeps"`
+	RefitRounds int        `json:"refit_rounds,omitempty"`
+	SmoothAlpha float64    `json:"smoothquant_alpha,omitempty"`
+	Fallbacks   []Fallback `json:"fallbacks"`
+	Redamped    []Redamp   `json:"redamped"`
+	ForwardS    float64    `json:"forward_s"`
+	SolveS      float64    `json:"solve_s"`
+	PeakRSSMB   float64    `json:"peak_rss_mb"`
 }
 
 // Fallback is a module that was not quantized by the GPTQ solve.

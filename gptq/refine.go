@@ -25,8 +25,9 @@ const refineRows = 256
 // other groups, and the residual's product with H is kept up to date with
 // one GEMM per group. The new parameters are rounded to the grid's dtype
 // before they count, so the loss never rises by more than that rounding.
-// sweeps passes go over every group.
-func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) {
+// sweeps passes go over every group. It returns the loss after the
+// refit (0 sweeps: the loss of res as it is).
+func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) float64 {
 	k, gs := res.K, res.Group
 	ng := k / gs
 	asym := g.Kind == convert.GridAsym4
@@ -46,6 +47,8 @@ func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) {
 	rows := min(res.N, refineRows)
 	d, gr := make([]float32, rows*k), make([]float32, rows*k)
 	c, u, a := make([]float32, rows*gs), make([]float32, rows*gs), make([]float32, rows*gs)
+	gains := make([]float64, rows)
+	var loss float64
 	for n0 := 0; n0 < res.N; n0 += rows {
 		p := min(rows, res.N-n0)
 		kernels.Parallel(p, func(lo, hi int) {
@@ -61,6 +64,9 @@ func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) {
 		})
 		// G = D H: the gradient of each row's loss, up to a factor -2.
 		kernels.Sgemm(false, false, p, k, k, 1, d, k, hf, k, 0, gr, k)
+		for i, v := range d[:p*k] {
+			loss += float64(v) * float64(gr[i])
+		}
 		for range sweeps {
 			for gi := range ng {
 				lo := gi * gs
@@ -73,7 +79,7 @@ func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) {
 				kernels.Sgemm(false, false, p, gs, gs, 1, c, gs, hf[lo*k+lo:], k, 0, u, gs)
 				kernels.Parallel(p, func(r0, r1 int) {
 					for r := r0; r < r1; r++ {
-						res.step(g, n0+r, gi, asym, blockSum[gi], c[r*gs:(r+1)*gs], u[r*gs:(r+1)*gs],
+						gains[r] += res.step(g, n0+r, gi, asym, blockSum[gi], c[r*gs:(r+1)*gs], u[r*gs:(r+1)*gs],
 							gr[r*k+lo:r*k+lo+gs], a[r*gs:(r+1)*gs])
 					}
 				})
@@ -81,7 +87,12 @@ func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) {
 				kernels.Sgemm(false, false, p, k, gs, -1, a, gs, hf[lo*k:], k, 1, gr, k)
 			}
 		}
+		for r := range p {
+			loss -= gains[r]
+			gains[r] = 0
+		}
 	}
+	return loss
 }
 
 // centered writes group gi of row n's codes as the multipliers of its
@@ -100,8 +111,9 @@ func (r *Result) centered(g Grid, n, gi int, dst []float32) {
 // step moves group gi of row n to the least-squares parameters given
 // the rest of the row: c are its centered codes, u = H_JJ c, hsum the sum
 // of H_JJ, grad the group's part of (w - ŵ) H. It writes into a what each
-// weight of the group gained (ŵ' - ŵ), zero when the step is refused.
-func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a []float32) {
+// weight of the group gained (ŵ' - ŵ), zero when the step is refused,
+// and returns the loss it took off.
+func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a []float32) float64 {
 	i := n*(r.K/r.Group) + gi
 	old := r.param(i)
 	var cu, su, cg, sg float64
@@ -116,21 +128,21 @@ func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a 
 		det := cu*hsum - su*su
 		if !(det > 0) {
 			clear(a)
-			return
+			return 0
 		}
 		ds = (cg*hsum - su*sg) / det
 		dz = (cu*sg - su*cg) / det
 	} else {
 		if !(cu > 0) {
 			clear(a)
-			return
+			return 0
 		}
 		ds = cg / cu
 	}
 	next := g.rounded(param{scale: float32(float64(old.scale) + ds), zero: float32(float64(old.zero) + dz)})
 	if !(next.scale > 0) || math.IsInf(float64(next.scale), 0) || math.IsInf(float64(next.zero), 0) {
 		clear(a)
-		return
+		return 0
 	}
 	// The loss change of the step after rounding: -2 aᵀgrad + aᵀ H_JJ a,
 	// with a = Δs c + Δz 1 (H_JJ a = Δs u + Δz H_JJ 1; the last term's
@@ -139,7 +151,7 @@ func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a 
 	gain := 2*(fs*cg+fz*sg) - (fs*fs*cu + 2*fs*fz*su + fz*fz*hsum)
 	if !(gain > 0) {
 		clear(a)
-		return
+		return 0
 	}
 	codes := r.Codes[n*r.K+gi*r.Group : n*r.K+(gi+1)*r.Group]
 	g.values(old, codes, a)
@@ -150,6 +162,7 @@ func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a 
 	if r.Zeros != nil {
 		r.Zeros[i] = next.zero
 	}
+	return gain
 }
 
 // rounded is p in the grid's parameter dtype, kept in its range.

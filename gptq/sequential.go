@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"sparkconv/calib"
@@ -29,13 +27,18 @@ type Calibrator struct {
 	Damp     float64  // damping fraction of the mean diagonal (DefaultDamp when 0)
 	ActOrder bool     // static act-order
 	Smooth   float64  // SmoothQuant alpha in (0, 1) before the int8 solve; 0: none
-	// Weighted searches each group's parameters under the input channels'
-	// importances (the Hessian's diagonal) instead of the plain squared
-	// weight error.
+	// Weighted searches each 4-bit group's parameters under the input
+	// channels' importances (the Hessian's diagonal, llama.cpp's imatrix)
+	// instead of the plain squared weight error.
 	Weighted bool
-	// Refine is how many sweeps of the least-squares refit of the group
-	// parameters under the Hessian (refine) follow each solve; 0: none.
-	Refine int
+	// Refit is how many sweeps of the least-squares refit of the group
+	// parameters to the solved codes under the Hessian (refine) follow
+	// each solve; 0: none.
+	Refit int
+	// Rounds is how many times the codes are solved when Refit is on
+	// (1 when 0): after the first, each solve takes the refitted
+	// parameters as given, and the result with the lower loss is kept.
+	Rounds int
 	Log    io.Writer // warnings and fallbacks; nil: none
 	Quiet  bool      // no progress bar
 	// OnLayer, if set, is called after each layer with its modules'
@@ -66,23 +69,44 @@ func (c *Calibrator) defaults() {
 	if c.Log == nil {
 		c.Log = io.Discard
 	}
-	if v := os.Getenv("SPARKCONV_EXP_WEIGHTED"); v == "1" {
-		c.Weighted = true
-	}
-	if v, err := strconv.Atoi(os.Getenv("SPARKCONV_EXP_REFINE")); err == nil {
-		c.Refine = v
+	if c.Rounds <= 0 {
+		c.Rounds = 1
 	}
 }
 
 // solveOptions are the calibrator's solve variants.
-func (r *run) solveOptions() solveOptions { return solveOptions{weighted: r.c.Weighted} }
+func (r *run) solveOptions() solveOptions { return solveOptions{weighted: r.cal.WeightedSearch} }
 
-// refineResult runs the parameter refit on res, if asked for, with h's
-// Hessian in float32 (made once per input, kept in r.hf).
-func (r *run) refineResult(res *Result, m quant.Matrix, h *calib.Hessian) {
-	if r.c.Refine <= 0 {
-		return
+// solveRefined solves m on factor f and, with Refit, refits its group
+// parameters under h's Hessian; with Rounds > 1 it then solves the codes
+// again for the refitted parameters and refits those, keeping whichever
+// result has the lower loss on the calibration rows.
+func (r *run) solveRefined(m quant.Matrix, f *Factor, h *calib.Hessian, done func()) (*Result, error) {
+	res := &Result{}
+	if err := solve(res, m, f, r.grid, done, r.solveOptions()); err != nil {
+		return nil, err
 	}
+	if r.c.Refit <= 0 {
+		return res, nil
+	}
+	loss := r.refineResult(res, m, h)
+	for range r.c.Rounds - 1 {
+		again := &Result{}
+		if err := solve(again, m, f, r.grid, done, solveOptions{given: res}); err != nil {
+			return nil, err
+		}
+		l := r.refineResult(again, m, h)
+		if !(l < loss) {
+			break
+		}
+		res, loss = again, l
+	}
+	return res, nil
+}
+
+// refineResult runs the parameter refit on res with h's Hessian in
+// float32 (made once per input, kept in r.hf) and returns its loss.
+func (r *run) refineResult(res *Result, m quant.Matrix, h *calib.Hessian) float64 {
 	if r.hfOf != h {
 		r.hf = make([]float32, len(h.H))
 		kernels.Parallel(h.K, func(lo, hi int) {
@@ -93,7 +117,7 @@ func (r *run) refineResult(res *Result, m quant.Matrix, h *calib.Hessian) {
 		r.hfOf = h
 	}
 	setPhase("refine")
-	refine(res, m, r.hf, r.grid, r.c.Refine)
+	return refine(res, m, r.hf, r.grid, r.c.Refit)
 }
 
 // layerModule is one quantized linear of a layer and the input it reads.
@@ -221,7 +245,11 @@ func (r *run) prepare() error {
 	}
 	r.cal = &convert.Calibration{Method: "gptq", Sources: rd.Sources, SHA256: rd.SHA256, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,
-		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Kernels: kernels.Family(), Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{}}
+		StaticGroups: c.ActOrder, TrueSequential: true, Sequential: sequentialText, Kernels: kernels.Family(), Fallbacks: []convert.Fallback{}, Redamped: []convert.Redamp{},
+		WeightedSearch: c.Weighted && r.spec.Search && r.spec.Kind != convert.GridInt8, RefitSweeps: c.Refit}
+	if c.Refit > 0 {
+		r.cal.RefitRounds = c.Rounds
+	}
 	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1, FamilyLinears: true}); err != nil {
 		return err
 	}
@@ -536,10 +564,10 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 		rep.DampPercent, rep.DampTries = r.f.Damp, r.f.Tries
 		setPhase("solve")
 		res = &Result{}
-		if err := solve(res, m, &r.f, r.grid, done, r.solveOptions()); err != nil {
+		var err error
+		if res, err = r.solveRefined(m, &r.f, h, done); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.Source, err)
 		}
-		r.refineResult(res, m, h)
 		r.mark("solved")
 		setPhase("heldout")
 		errs := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, res, nearest{})
@@ -628,11 +656,10 @@ func (r *run) retry(t convert.Target, m quant.Matrix, h *calib.Hessian, res *Res
 		if err := Prepare(f, h.H, h.K, d, r.c.ActOrder); err != nil {
 			continue
 		}
-		again := &Result{}
-		if err := solve(again, m, f, r.grid, done, r.solveOptions()); err != nil {
+		again, err := r.solveRefined(m, f, h, done)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", t.Source, err)
 		}
-		r.refineResult(again, m, h)
 		e := heldOutErr(h.Held, h.HeldRows(), m, r.grid, done, again)[0]
 		tried += fmt.Sprintf(", %g: %.4g", f.Damp, e)
 		rep.DampTries += f.Tries

@@ -9,9 +9,9 @@ import "math"
 // llm-compressor's imatrix_mse observer weight it. A channel the inputs
 // drive hard gets a small error even if a rarely driven one gets a larger
 // one. The candidates are the unweighted searches' (the shrink grid,
-// coarse to fine, then least-squares refits, here weighted), and the
-// plain rule is candidate 0, so the weighted error is never above the
-// plain rule's.
+// coarse to fine, then least-squares refits, here weighted); the plain
+// rule is candidate 0 and the unweighted search's choice is a candidate
+// too, so the weighted error is never above either's.
 
 // Sym4SearchWeighted is Sym4Search under importances h (len(h) ==
 // len(w)). With every h equal it chooses as Sym4Search does up to the
@@ -37,6 +37,9 @@ func Sym4SearchWeighted(w, h []float32, dt ScaleDType) Sym4 {
 			break
 		}
 		best, bestE = s, e
+	}
+	if u := Sym4Search(w, dt).Scale; symErrWeighted(w, h, u) < bestE {
+		best = u
 	}
 	return Sym4{Scale: best}
 }
@@ -72,6 +75,9 @@ func Asym4SearchWeighted(w, h []float32, dt ScaleDType) Asym4 {
 			break
 		}
 		best, bestE = p, e
+	}
+	if u := Asym4Search(w, dt); asymErrWeighted(w, h, u) < bestE {
+		best = u
 	}
 	return best
 }

@@ -163,7 +163,11 @@ func (c *calibFlags) register(cmd *cobra.Command, actOrder bool) {
 	f.Float64Var(&c.c.Damp, "damp", gptq.DefaultDamp, "GPTQ damping, a fraction of the Hessian's mean diagonal, in (0, 1]")
 	f.BoolVar(&c.c.ActOrder, "act-order", actOrder, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g); --act-order=false solves them in order")
 	f.BoolVar(&c.rtn, "rtn", false, "round to nearest without calibration")
+	f.IntVar(&c.c.Refit, "refit", gptq.DefaultRefit, "sweeps of the least-squares refit of each solved linear's group parameters to its codes under the calibration Hessian (0: none)")
+	f.IntVar(&c.c.Rounds, "refit-rounds", 1, "with --refit: times the codes are solved, each after the first for the refitted parameters (the lower loss is kept)")
 	freeForm(cmd, "samples")
+	intIn(cmd, "refit", 0, 20)
+	intIn(cmd, "refit-rounds", 1, 10)
 	intIn(cmd, "tokens", gptq.MinTokens, 1<<31)
 	intIn(cmd, "seq-len", 1, 1<<20)
 	checkedBy(cmd, "damp", "a fraction in (0, 1] of the mean Hessian diagonal", func(s string) error {
@@ -173,6 +177,11 @@ func (c *calibFlags) register(cmd *cobra.Command, actOrder bool) {
 		}
 		return nil
 	}, "0", "-0.01", "1.5", "NaN", "inf", "", "x")
+}
+
+// registerWeighted adds the 4-bit formats' --weighted-search.
+func (c *calibFlags) registerWeighted(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&c.c.Weighted, "weighted-search", true, "weigh each group's parameter search by its input channels' activation energy on the calibration text (llama.cpp's imatrix); false: the plain squared weight error")
 }
 
 // registerSmooth adds w8a8's --smooth.
@@ -192,12 +201,20 @@ func (c *calibFlags) registerSmooth(cmd *cobra.Command) {
 func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
 	f := cmd.Flags()
 	if c.rtn {
-		for _, name := range []string{"samples", "tokens", "seq-len", "damp", "act-order", "smooth"} {
+		for _, name := range []string{"samples", "tokens", "seq-len", "damp", "act-order", "smooth", "refit", "refit-rounds", "weighted-search"} {
 			if f.Lookup(name) != nil && f.Changed(name) {
 				return nil, usagef("--%s calibrates; it cannot be combined with --rtn", name)
 			}
 		}
 		return nil, nil
+	}
+	if f.Changed("refit-rounds") && c.c.Refit == 0 {
+		return nil, usagef("--refit-rounds solves again for refitted parameters; it needs --refit above 0")
+	}
+	if f.Lookup("weighted-search") != nil && f.Changed("weighted-search") && c.c.Weighted && f.Lookup("no-search") != nil {
+		if ns, _ := f.GetBool("no-search"); ns {
+			return nil, usagef("--weighted-search weighs the parameter search, which --no-search turns off")
+		}
 	}
 	// The flag rules (intIn, checkedBy) have checked --damp, --tokens,
 	// --smooth and --seq-len before the command runs.

@@ -52,6 +52,7 @@ precision.` + calibHelp,
 	}
 	cf.register(cmd)
 	kf.register(cmd, true)
+	kf.registerWeighted(cmd)
 	keep.register(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")

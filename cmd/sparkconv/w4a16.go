@@ -40,6 +40,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 	}
 	cf.register(cmd)
 	kf.register(cmd, true)
+	kf.registerWeighted(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64, 128 or 256")
 	f.StringVar(&o.Pack, "pack", "portable", "qweight layout: portable, avx512 or avx2")
