@@ -25,8 +25,8 @@ const refineRows = 256
 // other groups, and the residual's product with H is kept up to date with
 // one GEMM per group. The new parameters are rounded to the grid's dtype
 // before they count, so the loss never rises by more than that rounding.
-// sweeps passes go over every group. It returns the loss after the
-// refit (0 sweeps: the loss of res as it is).
+// sweeps passes go over every group; Stats is measured again after them.
+// It returns the loss after the refit (0 sweeps: the loss of res as it is).
 func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) float64 {
 	k, gs := res.K, res.Group
 	ng := k / gs
@@ -92,7 +92,28 @@ func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) float
 			gains[r] = 0
 		}
 	}
+	if sweeps > 0 {
+		res.restat(g, m)
+	}
 	return loss
+}
+
+// restat computes Stats again, the weight error against m of the
+// parameters as they are now (the refit moves them after the solve
+// measured it), rows merged in order as the solve merges them.
+func (r *Result) restat(g Grid, m quant.Matrix) {
+	stats := make([]quant.ErrStats, r.N)
+	kernels.Parallel(r.N, func(lo, hi int) {
+		buf, deq := make([]float32, r.K), make([]float32, r.K)
+		for n := lo; n < hi; n++ {
+			r.Dequantize(g, n, deq)
+			stats[n] = quant.Compare(m.Row(n, buf), deq)
+		}
+	})
+	r.Stats = quant.ErrStats{}
+	for _, s := range stats {
+		r.Stats.Merge(s)
+	}
 }
 
 // centered writes group gi of row n's codes as the multipliers of its

@@ -129,6 +129,9 @@ func TestRefineReachesLeastSquares(t *testing.T) {
 					res.Dequantize(g, r, got[r*k:(r+1)*k])
 				}
 				after := outErr(w, got, n, k, h)
+				if want := quant.Compare(w, got); math.Abs(res.Stats.SNRdB()-want.SNRdB()) > 1e-9 || res.Stats.MaxAbs != want.MaxAbs {
+					t.Errorf("sweep %d: Stats says %.9g dB, the refitted weights give %.9g dB", sweep, res.Stats.SNRdB(), want.SNRdB())
+				}
 				if math.Abs(loss-after) > 1e-3*after {
 					t.Errorf("sweep %d: refine returned loss %.6g, the result's loss is %.6g", sweep, loss, after)
 				}
