@@ -39,8 +39,8 @@ const DefaultDamp = 0.01
 
 // DefaultRefit is the refit's sweeps (--refit): on the real model's W4A16
 // (group 64, with the weighted search) 3 sweeps take the mean KLD on
-// testdata/real/heldout.txt from 0.0705 to 0.0679
-// (docs/calibration.md#group-parameters-the-weighted-search-and-the-refit).
+// testdata/real/heldout.txt from 0.0705 to 0.0657
+// (docs/calibration.md#weighted-search-and-refit).
 const DefaultRefit = 3
 
 // ErrNotPD reports a Hessian that stays singular after every damping tried.
