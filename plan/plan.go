@@ -115,6 +115,12 @@ type Choice struct {
 	Path     string `json:"path"`
 	Command  string `json:"command"`
 	Why      string `json:"why"`
+	// Runs is the runtime and kernel the build meets on the target, with
+	// the activations they compute in.
+	Runs string `json:"runs"`
+	// GPTQHere, on an x86 target without AMX, is what vLLM does with the
+	// gptq (W4A8) checkpoint there: it runs, as W4A16.
+	GPTQHere string `json:"gptq_here,omitempty"`
 	Verified bool   `json:"verified"`
 }
 
@@ -125,7 +131,12 @@ type Choice struct {
 const (
 	rotatedW4A8 = "built from the rotated checkpoint (rotate, without down_proj smoothing, which costs int4 down_proj more than int8 activations gain): mean KLD 0.172 -> 0.123 on a real model"
 	plainW4A16  = "built from the checkpoint as it is, with act-order (w4a16's default): mean KLD 0.077 on a real model, where rotating it first (rotate, with down_proj smoothing) gives 0.087"
-	rotatedQNN  = "built from the rotated checkpoint with down_proj smoothing (rotate): on a real model every layer of the w8a16 bundle simulates at 38-48 dB on held-out text, against 26-42 dB (6 layers under 30) unrotated"
+	// What vLLM's CPU GPTQ kernel (CPUWNA16LinearKernel, vLLM 0.33 and
+	// 0.34) does with a gptq checkpoint, and what tinygemm does with w4a16.
+	runsW4A8     = "vLLM (0.33 and later) CPUWNA16LinearKernel: int4_scaled_mm_cpu on AMX tiles, activations quantized per row to int8, when the model is bf16 and VLLM_CPU_INT4_W4A8 is on (its default); otherwise the same checkpoint runs on cpu_gemm_wna16 with bf16 activations"
+	runsTinygemm = "torch's tinygemm int4 kernel (_weight_int4pack_mm_for_cpu) with bf16 activations, the weights in the layout --pack names"
+	gptqNoAMX    = "the gptq (W4A8) checkpoint loads here too: without AMX vLLM runs it on cpu_gemm_wna16 (the \"vec\" ISA) with bf16 activations, so it scores as its weights alone, not as W4A8 (on the real model its int8 activations cost 1.25x the weights-only mean KLD); w4a16's asymmetric grid stays the more faithful build"
+	rotatedQNN   = "built from the rotated checkpoint with down_proj smoothing (rotate): on a real model every layer of the w8a16 bundle simulates at 38-48 dB on held-out text, against 26-42 dB (6 layers under 30) unrotated"
 )
 
 // Choose applies the rule to a target class (not "auto") for the model
@@ -140,6 +151,7 @@ func Choose(target, priority, model string) (Choice, error) {
 		c.Path = PathW4A16
 		c.Command = fmt.Sprintf("sparkconv w4a16 --model %s --out %s-w4a16 --group 128 --quant-head --pack %s", model, out, pack)
 		c.Why = why + "; " + plainW4A16
+		c.Runs = runsTinygemm
 	}
 	switch target {
 	case "x86-amx":
@@ -150,12 +162,16 @@ func Choose(target, priority, model string) (Choice, error) {
 		c.Path = PathW4A8
 		c.Command = fmt.Sprintf("sparkconv rotate --model %s --out %s-rot --smooth-down 0 && sparkconv gptq --model %s-rot --out %s-gptq --group 128 --quant-head", model, out, out, out)
 		c.Why = "AMX (amx_tile, amx_int8): vLLM's CPU GPTQ path runs the W4A8 kernel int4_scaled_mm_cpu on AMX tiles for a bf16 model, the fastest CPU path; " + rotatedW4A8 + "; check it with sparkconv eval"
+		c.Runs = runsW4A8
 	case "x86-avx512":
 		w4a16("avx512", "no AMX: vLLM's W4A8 kernel needs AMX, so W4A16 (torch's tinygemm, bf16 activations) on its AVX-512 kernel, written in that kernel's own layout")
+		c.GPTQHere = gptqNoAMX
 	case "x86-avx2":
 		w4a16("avx2", "no AMX and no AVX-512: W4A16 on tinygemm's AVX2 kernel, written in that kernel's own layout")
+		c.GPTQHere = gptqNoAMX
 	case "x86":
 		w4a16("portable", "no AVX2: tinygemm falls back to its scalar path, slow")
+		c.GPTQHere = gptqNoAMX
 		c.Verified = false
 	case "arm64":
 		w4a16("portable", "ARM64: W4A16 through torch's CPU int4 kernel (portable codes); no build has been measured on ARM, so check it with sparkconv eval and on the device")
@@ -163,6 +179,7 @@ func Choose(target, priority, model string) (Choice, error) {
 	case "phone":
 		c.Path = PathONNX
 		c.Command = fmt.Sprintf("sparkconv rotate --model %s --out %s-rot && sparkconv export-onnx --model %s-rot --out %s-onnx --layout ring && sparkconv qnn-bundle --model %s-rot --export %s-onnx --out %s-qnn --precision w8a16", model, out, out, out, out, out, out)
+		c.Runs = "Qualcomm's QNN HTP backend (through AI Hub or qnn-context-binary-generator), the host driving the decode-step graphs with their KV caches"
 		c.Why = "phone: one decode step per layer as ONNX with explicit ring KV caches for QNN, quantized as the calibrated w8a16 bundle (8-bit weights, 16-bit activations with ranges from real text: 36.9 dB per layer on a phone NPU, where uncalibrated w4a16 is uncorrelated and w8a8 falls to 5.1 dB); " + rotatedQNN
 	default:
 		return Choice{}, fmt.Errorf("--target %q: want one of %s", target, strings.Join(Targets, ", "))

@@ -50,6 +50,25 @@ func TestChooseTargets(t *testing.T) {
 			t.Errorf("%s: %+v %v", target, c, err)
 		}
 	}
+	// Where the build runs: vLLM's AMX kernel for W4A8 on AMX; elsewhere
+	// on x86, the gptq checkpoint meets vLLM's W4A16 kernel (bf16
+	// activations), which plan says beside its own choice.
+	runs := []struct {
+		target, runs, gptqHere string
+	}{
+		{"x86-amx", "int4_scaled_mm_cpu", ""},
+		{"x86-avx512", "tinygemm", "cpu_gemm_wna16"},
+		{"x86-avx2", "tinygemm", "cpu_gemm_wna16"},
+		{"x86", "tinygemm", "cpu_gemm_wna16"},
+		{"arm64", "tinygemm", ""},
+		{"phone", "QNN HTP", ""},
+	}
+	for _, r := range runs {
+		c, err := Choose(r.target, "speed", "M")
+		if err != nil || !strings.Contains(c.Runs, r.runs) || (r.gptqHere == "") != (c.GPTQHere == "") || !strings.Contains(c.GPTQHere, r.gptqHere) {
+			t.Errorf("%s: runs %q, gptq here %q (%v)", r.target, c.Runs, c.GPTQHere, err)
+		}
+	}
 	if c, _ := Choose("phone", "speed", "M"); !strings.Contains(c.Command, "export-onnx") || !strings.Contains(c.Command, "qnn-bundle") || !strings.Contains(c.Command, "--precision w8a16") {
 		t.Errorf("phone command %q", c.Command)
 	}

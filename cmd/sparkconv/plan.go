@@ -54,7 +54,11 @@ target machine) for amx_tile, amx_int8, avx512f and avx2.`,
 			if c.Probe != nil {
 				fmt.Fprintf(w, " (probed %s: %s %s, flags %s)", c.Probe.Source, c.Probe.Arch, c.Probe.Model, strings.Join(c.Probe.Flags, " "))
 			}
-			fmt.Fprintf(w, "\npath %s%s\nwhy: %s\nrun:\n  %s\n", c.Path, verified, c.Why, c.Command)
+			fmt.Fprintf(w, "\npath %s%s\nwhy: %s\nruns on: %s\n", c.Path, verified, c.Why, c.Runs)
+			if c.GPTQHere != "" {
+				fmt.Fprintf(w, "gptq here: %s\n", c.GPTQHere)
+			}
+			fmt.Fprintf(w, "run:\n  %s\n", c.Command)
 			if out.CPU != nil {
 				fmt.Fprintf(w, "this machine's forward kernels (CPU probe: %s):\n", out.CPU)
 				for _, k := range out.Kernels {
