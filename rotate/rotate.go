@@ -13,6 +13,7 @@ import (
 	"sparkconv/forward"
 	"sparkconv/infile"
 	"sparkconv/kernels"
+	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
@@ -168,7 +169,7 @@ func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 	if module == spark.OProj || module == spark.MLPDown {
 		return w.out(s.Name, s.Name, false, func(v []float32, _, rows int) ([]float32, error) {
 			if smooth != nil {
-				scaleColumns(v, smooth)
+				quant.ScaleColumns(v, smooth)
 			}
 			return w.left(v, rows), nil
 		}), nil
@@ -182,17 +183,6 @@ func divideRows(w []float32, s []float32) {
 	for r, d := range s {
 		for k := range w[r*n : (r+1)*n] {
 			w[r*n+k] /= d
-		}
-	}
-}
-
-// scaleColumns multiplies column c of the row-major w [*, len(s)] by s[c].
-func scaleColumns(w []float32, s []float32) {
-	k := len(s)
-	for r := 0; r < len(w)/k; r++ {
-		row := w[r*k : (r+1)*k]
-		for c := range row {
-			row[c] *= s[c]
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/forward"
+	"sparkconv/quant"
 	"sparkconv/spark"
 )
 
@@ -14,7 +15,7 @@ import (
 // of the intermediate size, so dividing up_proj's output row j by s_j and
 // multiplying down_proj's column j by s_j is the same network exactly. With
 // s_j = max|X_j|^alpha / max|W_down[:, j]|^(1-alpha) (SmoothQuant's rule,
-// clamped to >= 1e-5; X the down_proj input on calibration text), the
+// quant.SmoothScales; X the down_proj input on calibration text), the
 // channels where a real model's massive activations sit are scaled down
 // for per-token int8, and the scale moves into down_proj's weights. Unlike
 // SmoothQuant on a norm's output, nothing but the two linears changes, and
@@ -118,22 +119,14 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 	return out, nil
 }
 
-// smoothScales is s_j = max(amax_j^alpha / wmax_j^(1-alpha), 1e-5) with
-// wmax_j the largest |down[:, j]|; a dead channel keeps 1.
+// smoothScales is quant.SmoothScales of down_proj's input maxima amax and
+// its column maxima, rounded to float32 (the scales both linears take).
 func smoothScales(amax []float64, down []float32, alpha float64) []float32 {
-	k := len(amax)
-	wmax := make([]float64, k)
-	for r := 0; r < len(down)/k; r++ {
-		for j, v := range down[r*k : (r+1)*k] {
-			wmax[j] = max(wmax[j], math.Abs(float64(v)))
-		}
-	}
-	s := make([]float32, k)
-	for j := range k {
-		s[j] = 1
-		if amax[j] > 0 && wmax[j] > 0 {
-			s[j] = float32(max(math.Pow(amax[j], alpha)/math.Pow(wmax[j], 1-alpha), 1e-5))
-		}
+	wmax := make([]float64, len(amax))
+	quant.ColumnAbsMax(wmax, down)
+	s := make([]float32, len(amax))
+	for j, v := range quant.SmoothScales(amax, wmax, alpha) {
+		s[j] = float32(v)
 	}
 	return s
 }
