@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,10 +31,27 @@ type Options struct {
 	DType dtype.DType
 	// Smooth, when Alpha > 0, also smooths every down_proj input (smooth.go).
 	Smooth Smoothing
+	// Log gets the warnings (on the calibration text); nil discards them.
+	Log io.Writer
+}
+
+// Check refuses option values Run cannot take, naming the field.
+func (o Options) Check() error {
+	if err := o.Smooth.Check(); err != nil {
+		return fmt.Errorf("rotate: Smooth.%w", err)
+	}
+	return nil
 }
 
 // Run writes the rotated checkpoint of o.Model into o.Out.
 func Run(ctx context.Context, o Options) (*convert.Report, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
+	log := o.Log
+	if log == nil {
+		log = io.Discard
+	}
 	if err := notRotated(o.Model); err != nil {
 		return nil, err
 	}
@@ -53,7 +71,7 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 	j.Report.Method = "residual rotation (QuaRot R1): " + rot.String() + "; norms folded into the linears that read them"
 	meta := rot.meta()
 	if o.Smooth.Alpha > 0 || o.Smooth.Auto {
-		sm, err := downScales(j.Model, o.Model, o.Smooth, func(d []float32) []float32 { return w.left(d, c.HiddenSize) })
+		sm, err := downScales(j.Model, o.Model, o.Smooth, func(d []float32) []float32 { return w.left(d, c.HiddenSize) }, log)
 		if err != nil {
 			return nil, fmt.Errorf("down_proj smoothing: %w", err)
 		}

@@ -2,8 +2,8 @@ package rotate
 
 import (
 	"fmt"
+	"io"
 	"math"
-	"os"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
@@ -31,13 +31,26 @@ const (
 	DefaultSmoothTokens = 2048
 )
 
+// MaxSmoothAlpha is the largest alpha of the down_proj smoothing; at 1 the
+// scales would ignore the weights (s_j = max|X_j|).
+const MaxSmoothAlpha = 0.99
+
 // Smoothing asks for down_proj smoothing.
 type Smoothing struct {
-	Alpha  float64  // in (0, 1); 0: no smoothing (unless Auto)
+	Alpha  float64  // in [0, MaxSmoothAlpha]; 0: no smoothing (unless Auto)
 	Auto   bool     // choose alpha per layer (smoothauto.go); Alpha is then unused
 	Files  []string // calibration samples files; none: the embedded corpus
 	Tokens int      // calibration tokens run through the model
 	SeqLen int      // longest chunk
+}
+
+// Check refuses an Alpha outside [0, MaxSmoothAlpha] (NaN included), naming
+// the field.
+func (o Smoothing) Check() error {
+	if !(o.Alpha >= 0 && o.Alpha <= MaxSmoothAlpha) {
+		return fmt.Errorf("Alpha %g: want a number in [0, %g]", o.Alpha, MaxSmoothAlpha)
+	}
+	return nil
 }
 
 // smoothed is the outcome: per layer the scales s (intermediate size).
@@ -68,8 +81,8 @@ func (s *smoothed) meta(o Smoothing) map[string]any {
 // downScales runs the calibration text through sm's float32 forward and
 // returns the smoothing scales of every layer; rotated gives the weight
 // down_proj will have (the scales weigh its columns' maxima, not the
-// input's).
-func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32) (*smoothed, error) {
+// input's). A warning on the calibration tokens goes to log.
+func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32, log io.Writer) (*smoothed, error) {
 	tok, unk, err := calib.LoadTokenizer(dir)
 	if err != nil {
 		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
@@ -84,7 +97,7 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 		return nil, err
 	}
 	if warn != "" {
-		fmt.Fprintln(os.Stderr, "sparkconv: warning:", warn)
+		fmt.Fprintln(log, "sparkconv: warning:", warn)
 	}
 	m, err := forward.New(sm, forward.Options{CachedLayers: 1})
 	if err != nil {
