@@ -57,13 +57,13 @@ demo: build ort
 	$(BIN) inspect --model $(DEMO)/model
 	# calibrated GPTQ for all three formats: the embedded corpus by default,
 	# or --samples; --rtn would round to nearest instead
-	$(BIN) w8a8 --model $(DEMO)/model --out $(DEMO)/w8a8 --samples fixtures/corpus/calib.txt
+	$(BIN) w8a8 --model $(DEMO)/model --out $(DEMO)/w8a8 --samples corpus/calib.txt
 	$(BIN) gptq --model $(DEMO)/model --out $(DEMO)/gptq-w4a8 --group 128 --quant-head
 	$(BIN) w4a16 --model $(DEMO)/model --out $(DEMO)/w4a16 --group 128 --quant-head --act-order
 	# the residual rotation with down_proj smoothing, then W8A8 from it
 	$(BIN) rotate --model $(DEMO)/model --out $(DEMO)/rotated --dtype f32
 	$(BIN) w8a8 --model $(DEMO)/rotated --out $(DEMO)/rotated-w8a8
-	$(BIN) calibrate --model $(DEMO)/model --samples fixtures/corpus/calib.txt --out $(DEMO)/calib --seq-len 256
+	$(BIN) calibrate --model $(DEMO)/model --samples corpus/calib.txt --out $(DEMO)/calib --seq-len 256
 	$(BIN) export-onnx --model $(DEMO)/model --out $(DEMO)/onnx --layout auto --context 512
 	$(BIN) lint $(DEMO)/onnx/layer_00.onnx
 	$(BIN) verify --model $(DEMO)/model --export $(DEMO)/onnx

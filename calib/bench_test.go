@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"sparkconv/fixtures"
 	"sparkconv/forward"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
+	"sparkconv/synthetic"
 )
 
 func cpuTime() time.Duration {
@@ -42,7 +42,7 @@ func BenchmarkCalibrateLayer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := safetensors.WriteCheckpoint(dir, fixtures.Tensors(c, 1), safetensors.WriteOptions{}); err != nil {
+	if _, err := safetensors.WriteCheckpoint(dir, synthetic.Tensors(c, 1), safetensors.WriteOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	m, err := forward.Open(dir, forward.Options{CachedLayers: 1})

@@ -10,13 +10,13 @@ import (
 	"sync"
 	"testing"
 
-	"sparkconv/fixtures"
 	"sparkconv/forward"
 	"sparkconv/spark"
+	"sparkconv/synthetic"
 	"sparkconv/tokenizer"
 )
 
-const corpusFile = "../fixtures/corpus/calib.txt"
+const corpusFile = "../corpus/calib.txt"
 
 var (
 	tinyOnce sync.Once
@@ -24,14 +24,14 @@ var (
 	tinyErr  error
 )
 
-// tinyModel generates the fixtures "tiny" checkpoint (with its byte-level
+// tinyModel generates the synthetic "tiny" checkpoint (with its byte-level
 // BPE tokenizer) once per test binary.
 func tinyModel(t *testing.T) string {
 	t.Helper()
 	tinyOnce.Do(func() {
 		tinyDir, tinyErr = os.MkdirTemp("", "calib-tiny-")
 		if tinyErr == nil {
-			tinyErr = fixtures.Generate(tinyDir, fixtures.Options{Preset: "tiny", Seed: 3})
+			tinyErr = synthetic.Generate(tinyDir, synthetic.Options{Preset: "tiny", Seed: 3})
 		}
 	})
 	if tinyErr != nil {

@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"sparkconv/fixtures/corpus"
+	"sparkconv/corpus"
 	"sparkconv/infile"
 	"sparkconv/tokenizer"
 )

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"sparkconv/fixtures"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/quant"
+	"sparkconv/synthetic"
 )
 
 // BenchmarkGPTQLinear is the per-tensor path (choose the codes, pack the
@@ -32,7 +32,7 @@ func BenchmarkGPTQLinear(b *testing.B) {
 // checkpoint's bf16 bytes.
 func BenchmarkGPTQWrite(b *testing.B) {
 	in := fixturestest.Preset(b, "small", false)
-	size := fixtures.Presets["small"].Bytes(true)
+	size := synthetic.Presets["small"].Bytes(true)
 	for _, search := range []bool{true, false} {
 		b.Run(fmt.Sprintf("search=%v", search), func(b *testing.B) {
 			bytes := size

@@ -12,11 +12,11 @@ import (
 	"strings"
 	"testing"
 
-	"sparkconv/fixtures"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
+	"sparkconv/synthetic"
 )
 
 // The decoders below are written from docs/formats.md#w4a16-tinygemm (the
@@ -450,7 +450,7 @@ func BenchmarkW4A16Write(b *testing.B) {
 	in := fixturestest.Preset(b, "small", false)
 	for _, search := range []bool{true, false} {
 		b.Run(fmt.Sprintf("search=%v", search), func(b *testing.B) {
-			bytes := int64(fixtures.Presets["small"].Bytes(true))
+			bytes := int64(synthetic.Presets["small"].Bytes(true))
 			b.SetBytes(bytes)
 			c0 := cpuSeconds()
 			i := 0

@@ -12,10 +12,10 @@ import (
 	"testing"
 
 	"sparkconv/dtype"
-	"sparkconv/fixtures"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
+	"sparkconv/synthetic"
 )
 
 // TestW8A8Independent decodes the written checkpoint from docs/formats.md#w8a8
@@ -113,7 +113,7 @@ func TestW8A8Independent(t *testing.T) {
 		// N(0, 0.02) rows give about 42 dB; rows with x10-50 outlier input
 		// channels lose 10-15 dB to the larger per-row scale.
 		lo, hi := 38.0, 44.0
-		if slices.ContainsFunc(fixtures.OutlierModules, func(m string) bool { return s.Module() == spark.LayerModule(s.Layer, m) }) {
+		if slices.ContainsFunc(synthetic.OutlierModules, func(m string) bool { return s.Module() == spark.LayerModule(s.Layer, m) }) {
 			lo, hi = 20, 34
 		}
 		if snr < lo || snr > hi {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"sparkconv/convert"
-	"sparkconv/fixtures/corpus"
+	"sparkconv/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/tokenizer"

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"sparkconv/convert"
-	"sparkconv/fixtures/corpus"
+	"sparkconv/corpus"
 	"sparkconv/forward"
 	"sparkconv/infile"
 	"sparkconv/progress"

@@ -26,7 +26,7 @@ type shape struct {
 var (
 	// one full-size layer (the real model's dimensions)
 	fullLayer = shape{vocab: 512, hidden: 2048, inter: 6656, layers: 1, heads: 8, kv: 2, headDim: 256, window: 512}
-	// the fixtures package's "small" preset
+	// package synthetic's "small" preset
 	smallModel = shape{vocab: 2048, hidden: 512, inter: 1664, layers: 8, heads: 8, kv: 2, headDim: 64, window: 64}
 )
 

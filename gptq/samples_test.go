@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"sparkconv/calib"
-	"sparkconv/fixtures/corpus"
+	"sparkconv/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/tokenizer"
 )

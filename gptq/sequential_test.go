@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"sparkconv/convert"
-	"sparkconv/fixtures/corpus"
+	"sparkconv/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/outdir"

@@ -2,25 +2,22 @@ package gptq
 
 import (
 	"fmt"
-	"math"
 
 	"sparkconv/calib"
 	"sparkconv/dtype"
 	"sparkconv/forward"
 	"sparkconv/kernels"
+	"sparkconv/quant"
 	"sparkconv/spark"
 )
 
 // SmoothQuant before W8A8 (llm-compressor's SmoothQuantModifier,
-// docs/formats.md#w8a8): per input channel j of a normed input,
-// s_j = max|X_j|^alpha / max|W_:,j|^(1-alpha) over every linear reading it
-// (clamped to >= 1e-5); X is divided by s, folded into the norm's weight,
+// docs/formats.md#w8a8): per input channel j of a normed input, the scale
+// s_j of quant.SmoothScales with max|W_:,j| over every linear reading it;
+// X is divided by s, folded into the norm's weight,
 // and those linears' weights are multiplied by s. g_proj reads the same
 // input as q_k_v_proj, so it is scaled with it (it stays float, written
 // with the scaled weights); otherwise it would silently receive X/s.
-
-// smoothMinScale is llm-compressor's clamp of the smoothing scales.
-const smoothMinScale = 1e-5
 
 // smoothInput applies SmoothQuant to input p of layer l before its
 // modules are solved: the norm's new weight (rounded to its stored dtype)
@@ -48,26 +45,20 @@ func (r *run) smoothInput(i int, l *forward.Layer, p forward.Point, h *calib.Hes
 	if !ok {
 		return fmt.Errorf("smooth: %s not in the model", normName)
 	}
-	readers := [][]float32{}
-	for _, m := range site.Readers {
-		readers = append(readers, *l.Linear(m))
-	}
 	wmax := make([]float64, k)
-	for _, w := range readers {
-		for n := 0; n < len(w)/k; n++ {
-			for c, v := range w[n*k : (n+1)*k] {
-				wmax[c] = max(wmax[c], math.Abs(float64(v)))
-			}
-		}
+	for _, m := range site.Readers {
+		quant.ColumnAbsMax(wmax, *l.Linear(m))
 	}
-	a := r.c.Smooth
+	amax := make([]float64, k)
+	for c, v := range h.AbsMax[:k] {
+		amax[c] = float64(v)
+	}
+	// The norm is divided by the float64 scale: rounding s to float32
+	// first would change the written norm.
+	scales := quant.SmoothScales(amax, wmax, r.c.Smooth)
 	s := make([]float32, k)
 	newNorm := make([]float32, k)
-	for c := range k {
-		sc := 1.0 // a dead channel (no input or no weight) keeps its scale
-		if h.AbsMax[c] > 0 && wmax[c] > 0 {
-			sc = max(math.Pow(float64(h.AbsMax[c]), a)/math.Pow(wmax[c], 1-a), smoothMinScale)
-		}
+	for c, sc := range scales {
 		newNorm[c] = dtype.Round(float32(float64(norm[c])/sc), info.DType)
 		s[c] = 1
 		if norm[c] != 0 && newNorm[c] != 0 {
@@ -89,13 +80,13 @@ func (r *run) smoothInput(i int, l *forward.Layer, p forward.Point, h *calib.Hes
 		}
 	}
 	for _, m := range site.QuantReaders() {
-		scaleColumns(*l.Linear(m), s)
+		quant.ScaleColumns(*l.Linear(m), s)
 	}
 	copy(norm, newNorm)
 	r.st.replace(normName, newNorm)
 	for _, m := range site.FloatReaders() {
 		w := *l.Linear(m)
-		scaleColumns(w, s)
+		quant.ScaleColumns(w, s)
 		name := spark.LayerWeight(i, m)
 		wi, _ := r.j.Model.Info(name)
 		for c := range w {
@@ -104,17 +95,4 @@ func (r *run) smoothInput(i int, l *forward.Layer, p forward.Point, h *calib.Hes
 		r.st.replace(name, append([]float32(nil), w...))
 	}
 	return nil
-}
-
-// scaleColumns multiplies column c of the row-major w [*, len(s)] by s[c].
-func scaleColumns(w []float32, s []float32) {
-	k := len(s)
-	kernels.Parallel(len(w)/k, func(lo, hi int) {
-		for n := lo; n < hi; n++ {
-			row := w[n*k : (n+1)*k]
-			for c := range row {
-				row[c] *= s[c]
-			}
-		}
-	})
 }

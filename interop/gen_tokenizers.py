@@ -3,7 +3,7 @@ and writes them with their golden ids to testdata/tokenizers/trained/.
 
     interop/.venv/bin/python interop/gen_tokenizers.py [OUT_DIR]
 
-Each tokenizer is trained on fixtures/corpus/calib.txt and combines its model
+Each tokenizer is trained on corpus/calib.txt and combines its model
 (BPE, WordPiece, WordLevel, Unigram) with the normalizers, pre-tokenizers,
 post-processors and decoders such models ship with. For every line of
 testdata/tokenizers/golden/public.jsonl the library's ids (without and with
@@ -22,7 +22,7 @@ import sys
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-CORPUS = REPO / "fixtures" / "corpus" / "calib.txt"
+CORPUS = REPO / "corpus" / "calib.txt"
 TEXTS = REPO / "testdata" / "tokenizers" / "golden" / "public.jsonl"
 
 
@@ -169,7 +169,7 @@ def write(out: pathlib.Path):
     import tokenizers
 
     texts = [json.loads(l)["text"] for l in TEXTS.read_text().splitlines()]
-    manifest = [f"trained with Hugging Face tokenizers {tokenizers.__version__} on fixtures/corpus/calib.txt by interop/gen_tokenizers.py", ""]
+    manifest = [f"trained with Hugging Face tokenizers {tokenizers.__version__} on corpus/calib.txt by interop/gen_tokenizers.py", ""]
     for name in RECIPES:
         d = out / name
         d.mkdir(parents=True, exist_ok=True)

@@ -8,11 +8,11 @@ import (
 	"syscall"
 	"testing"
 
-	"sparkconv/fixtures"
 	. "sparkconv/onnxgraph"
 	"sparkconv/ortrun"
 	"sparkconv/ortrun/orttest"
 	"sparkconv/spark"
+	"sparkconv/synthetic"
 )
 
 var (
@@ -32,7 +32,7 @@ func smallFixture(b *testing.B) string {
 		}
 		smallFixtureDir = filepath.Join(dir, "small")
 		if smallErr = os.Mkdir(smallFixtureDir, 0o755); smallErr == nil {
-			smallErr = fixtures.Generate(smallFixtureDir, fixtures.Options{Preset: "small", Seed: 1})
+			smallErr = synthetic.Generate(smallFixtureDir, synthetic.Options{Preset: "small", Seed: 1})
 		}
 	})
 	if smallErr != nil {

@@ -27,6 +27,9 @@
 // decision-relevant product is explicitly rounded, so FMA fusion (GOAMD64=v3,
 // arm64) cannot change the codes either.
 //
+// SmoothQuant's per-channel scale rule (SmoothScales, with ColumnAbsMax and
+// ScaleColumns) lives here too: every smoothing takes its scales from it.
+//
 // Non-finite weights are rejected by the whole-matrix entry points; the
 // group-level functions assume finite input.
 package quant

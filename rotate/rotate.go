@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"sparkconv/forward"
 	"sparkconv/infile"
 	"sparkconv/kernels"
+	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
@@ -29,10 +31,27 @@ type Options struct {
 	DType dtype.DType
 	// Smooth, when Alpha > 0, also smooths every down_proj input (smooth.go).
 	Smooth Smoothing
+	// Log gets the warnings (on the calibration text); nil discards them.
+	Log io.Writer
+}
+
+// Check refuses option values Run cannot take, naming the field.
+func (o Options) Check() error {
+	if err := o.Smooth.Check(); err != nil {
+		return fmt.Errorf("rotate: Smooth.%w", err)
+	}
+	return nil
 }
 
 // Run writes the rotated checkpoint of o.Model into o.Out.
 func Run(ctx context.Context, o Options) (*convert.Report, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
+	log := o.Log
+	if log == nil {
+		log = io.Discard
+	}
 	if err := notRotated(o.Model); err != nil {
 		return nil, err
 	}
@@ -52,7 +71,7 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 	j.Report.Method = "residual rotation (QuaRot R1): " + rot.String() + "; norms folded into the linears that read them"
 	meta := rot.meta()
 	if o.Smooth.Alpha > 0 || o.Smooth.Auto {
-		sm, err := downScales(j.Model, o.Model, o.Smooth, func(d []float32) []float32 { return w.left(d, c.HiddenSize) })
+		sm, err := downScales(j.Model, o.Model, o.Smooth, func(d []float32) []float32 { return w.left(d, c.HiddenSize) }, log)
 		if err != nil {
 			return nil, fmt.Errorf("down_proj smoothing: %w", err)
 		}
@@ -168,7 +187,7 @@ func (w *writer) tensor(s spark.TensorSpec) (safetensors.Tensor, error) {
 	if module == spark.OProj || module == spark.MLPDown {
 		return w.out(s.Name, s.Name, false, func(v []float32, _, rows int) ([]float32, error) {
 			if smooth != nil {
-				scaleColumns(v, smooth)
+				quant.ScaleColumns(v, smooth)
 			}
 			return w.left(v, rows), nil
 		}), nil
@@ -182,17 +201,6 @@ func divideRows(w []float32, s []float32) {
 	for r, d := range s {
 		for k := range w[r*n : (r+1)*n] {
 			w[r*n+k] /= d
-		}
-	}
-}
-
-// scaleColumns multiplies column c of the row-major w [*, len(s)] by s[c].
-func scaleColumns(w []float32, s []float32) {
-	k := len(s)
-	for r := 0; r < len(w)/k; r++ {
-		row := w[r*k : (r+1)*k]
-		for c := range row {
-			row[c] *= s[c]
 		}
 	}
 }

@@ -2,6 +2,7 @@ package rotate
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -208,6 +209,40 @@ func TestRotateRefusesNaN(t *testing.T) {
 		}
 		if _, err := os.Stat(out); !os.IsNotExist(err) {
 			t.Errorf("smoothing %v: %s written", sm.Alpha, out)
+		}
+	}
+}
+
+// TestOptionsCheck: Alpha outside [0, MaxSmoothAlpha] (NaN included) is
+// refused by field name, by Check and by Run before anything is written;
+// the range's ends and auto pass.
+func TestOptionsCheck(t *testing.T) {
+	for _, c := range []struct {
+		sm   Smoothing
+		want string // "" for accepted
+	}{
+		{Smoothing{}, ""},
+		{Smoothing{Alpha: 0.3}, ""},
+		{Smoothing{Alpha: MaxSmoothAlpha}, ""},
+		{Smoothing{Auto: true}, ""},
+		{Smoothing{Alpha: 1}, "rotate: Smooth.Alpha 1: want a number in [0, 0.99]"},
+		{Smoothing{Alpha: -0.1}, "rotate: Smooth.Alpha -0.1: want a number in [0, 0.99]"},
+		{Smoothing{Alpha: math.NaN()}, "rotate: Smooth.Alpha NaN: want a number in [0, 0.99]"},
+		{Smoothing{Alpha: math.Inf(1), Auto: true}, "rotate: Smooth.Alpha +Inf: want a number in [0, 0.99]"},
+	} {
+		err := Options{Smooth: c.sm}.Check()
+		if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && got != c.want) {
+			t.Errorf("Check(%+v) = %v, want %q", c.sm, err, c.want)
+		}
+		if c.want == "" {
+			continue
+		}
+		out := filepath.Join(t.TempDir(), "rot")
+		if _, err := Run(t.Context(), Options{Options: convert.Options{Model: "../testdata/golden/spark-mini-tied", Out: out, Quiet: true}, Smooth: c.sm}); fmt.Sprint(err) != c.want {
+			t.Errorf("Run with %+v: %v, want %q", c.sm, err, c.want)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("Run with %+v: %s written", c.sm, out)
 		}
 	}
 }

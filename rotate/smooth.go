@@ -2,11 +2,12 @@ package rotate
 
 import (
 	"fmt"
+	"io"
 	"math"
-	"os"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
+	"sparkconv/quant"
 	"sparkconv/spark"
 )
 
@@ -14,7 +15,7 @@ import (
 // of the intermediate size, so dividing up_proj's output row j by s_j and
 // multiplying down_proj's column j by s_j is the same network exactly. With
 // s_j = max|X_j|^alpha / max|W_down[:, j]|^(1-alpha) (SmoothQuant's rule,
-// clamped to >= 1e-5; X the down_proj input on calibration text), the
+// quant.SmoothScales; X the down_proj input on calibration text), the
 // channels where a real model's massive activations sit are scaled down
 // for per-token int8, and the scale moves into down_proj's weights. Unlike
 // SmoothQuant on a norm's output, nothing but the two linears changes, and
@@ -30,13 +31,26 @@ const (
 	DefaultSmoothTokens = 2048
 )
 
+// MaxSmoothAlpha is the largest alpha of the down_proj smoothing; at 1 the
+// scales would ignore the weights (s_j = max|X_j|).
+const MaxSmoothAlpha = 0.99
+
 // Smoothing asks for down_proj smoothing.
 type Smoothing struct {
-	Alpha  float64  // in (0, 1); 0: no smoothing (unless Auto)
+	Alpha  float64  // in [0, MaxSmoothAlpha]; 0: no smoothing (unless Auto)
 	Auto   bool     // choose alpha per layer (smoothauto.go); Alpha is then unused
 	Files  []string // calibration samples files; none: the embedded corpus
 	Tokens int      // calibration tokens run through the model
 	SeqLen int      // longest chunk
+}
+
+// Check refuses an Alpha outside [0, MaxSmoothAlpha] (NaN included), naming
+// the field.
+func (o Smoothing) Check() error {
+	if !(o.Alpha >= 0 && o.Alpha <= MaxSmoothAlpha) {
+		return fmt.Errorf("Alpha %g: want a number in [0, %g]", o.Alpha, MaxSmoothAlpha)
+	}
+	return nil
 }
 
 // smoothed is the outcome: per layer the scales s (intermediate size).
@@ -67,8 +81,8 @@ func (s *smoothed) meta(o Smoothing) map[string]any {
 // downScales runs the calibration text through sm's float32 forward and
 // returns the smoothing scales of every layer; rotated gives the weight
 // down_proj will have (the scales weigh its columns' maxima, not the
-// input's).
-func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32) (*smoothed, error) {
+// input's). A warning on the calibration tokens goes to log.
+func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32, log io.Writer) (*smoothed, error) {
 	tok, unk, err := calib.LoadTokenizer(dir)
 	if err != nil {
 		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
@@ -83,7 +97,7 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 		return nil, err
 	}
 	if warn != "" {
-		fmt.Fprintln(os.Stderr, "sparkconv: warning:", warn)
+		fmt.Fprintln(log, "sparkconv: warning:", warn)
 	}
 	m, err := forward.New(sm, forward.Options{CachedLayers: 1})
 	if err != nil {
@@ -118,22 +132,14 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 	return out, nil
 }
 
-// smoothScales is s_j = max(amax_j^alpha / wmax_j^(1-alpha), 1e-5) with
-// wmax_j the largest |down[:, j]|; a dead channel keeps 1.
+// smoothScales is quant.SmoothScales of down_proj's input maxima amax and
+// its column maxima, rounded to float32 (the scales both linears take).
 func smoothScales(amax []float64, down []float32, alpha float64) []float32 {
-	k := len(amax)
-	wmax := make([]float64, k)
-	for r := 0; r < len(down)/k; r++ {
-		for j, v := range down[r*k : (r+1)*k] {
-			wmax[j] = max(wmax[j], math.Abs(float64(v)))
-		}
-	}
-	s := make([]float32, k)
-	for j := range k {
-		s[j] = 1
-		if amax[j] > 0 && wmax[j] > 0 {
-			s[j] = float32(max(math.Pow(amax[j], alpha)/math.Pow(wmax[j], 1-alpha), 1e-5))
-		}
+	wmax := make([]float64, len(amax))
+	quant.ColumnAbsMax(wmax, down)
+	s := make([]float32, len(amax))
+	for j, v := range quant.SmoothScales(amax, wmax, alpha) {
+		s[j] = float32(v)
 	}
 	return s
 }

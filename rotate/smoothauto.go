@@ -61,7 +61,7 @@ func w8a8Err(x, down []float32, s []float32, xs, ws, out, ref []float32, k int) 
 	divideColumns(xs, s)
 	forward.Act{Int8: forward.Int8Dynamic}.Apply(xs, xs, k)
 	copy(ws, down)
-	scaleColumns(ws, s)
+	quant.ScaleColumns(ws, s)
 	kernels.Parallel(n, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row := ws[r*k : (r+1)*k]

@@ -27,7 +27,7 @@ CODE = [PY + "/graphlib.py", GO + "/container/list/list.go", PY + "/bisect.py",
 ZH = ["/usr/share/man/zh_CN/man1/apropos.1.gz", "/usr/share/man/zh_CN/man8/mandb.8.gz"]
 # man-db's pages share option texts with man.1, which the calibration corpus
 # holds: a paragraph sharing any 16-character run with it is dropped.
-CALIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "corpus", "calib.txt")
+CALIB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus", "calib.txt")
 RUN = 16
 # The CI slice: the first CI_CHARS[kind] characters of the first part of
 # each kind, cut at a line end, as three samples.

@@ -33,8 +33,8 @@ Sources, all read from this host (Debian bookworm, Go 1.26.8, Node.js
 Every part is cleaned (CRLF to LF, trailing spaces stripped, runs of blank
 lines squeezed to one) and cut at a line end near its character budget.
 Before writing, every sample is checked against the calibration corpus
-(fixtures/corpus/calib.txt), the built-in held-out text
-(fixtures/corpus/heldout.txt) and testdata/real/heldout.txt: no run of 8
+(corpus/calib.txt), the built-in held-out text
+(corpus/heldout.txt) and testdata/real/heldout.txt: no run of 8
 whitespace-separated words, and no run of 16 characters holding a CJK
 character (white space removed: CJK text has none, and man pages wrap and
 indent it anywhere), may be shared with any of them; a man page's paragraphs that
@@ -54,7 +54,7 @@ from zoneinfo import ZoneInfo
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.join(HERE, "..")
 REFS = [os.path.join(REPO, p) for p in
-        ("fixtures/corpus/calib.txt", "fixtures/corpus/heldout.txt", "testdata/real/heldout.txt")]
+        ("corpus/calib.txt", "corpus/heldout.txt", "testdata/real/heldout.txt")]
 CHATS = os.path.join(HERE, "real_heldout_agent_chats.txt")
 
 ISO = "/usr/share/iso-codes/json"

@@ -15,7 +15,7 @@ import (
 // code), the corpus the fixtures train on.
 func trainCorpus(t testing.TB) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "fixtures", "corpus", "calib.txt"))
+	data, err := os.ReadFile(filepath.Join("..", "corpus", "calib.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}

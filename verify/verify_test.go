@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"sparkconv/fixtures"
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxgraph/exporttest"
 	"sparkconv/ortrun/orttest"
 	"sparkconv/spark"
+	"sparkconv/synthetic"
 )
 
 func verifyExport(t *testing.T, model string, o onnxgraph.ExportOptions, vo Options) *Report {
@@ -114,7 +114,7 @@ func TestVerifyTrustsNothing(t *testing.T) {
 	seed1, seed2 := filepath.Join(t.TempDir(), "s1"), filepath.Join(t.TempDir(), "s2")
 	for i, d := range []string{seed1, seed2} {
 		os.Mkdir(d, 0o755)
-		if err := fixtures.Generate(d, fixtures.Options{Preset: "tiny", Seed: uint64(i + 1)}); err != nil {
+		if err := synthetic.Generate(d, synthetic.Options{Preset: "tiny", Seed: uint64(i + 1)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -32,7 +32,7 @@ float32 reference forward layer by layer and writes into --out:
 A samples file separates samples with lines holding only "---"; a .jsonl file
 holds one {"text": ...} per line. --samples can be repeated. The per-layer
 summary (layer-input and KV absmax) goes to stderr; --json prints it on stdout.`,
-		Example: `  sparkconv calibrate --model /tmp/spark-tiny --samples fixtures/corpus/calib.txt --out /tmp/calib`,
+		Example: `  sparkconv calibrate --model /tmp/spark-tiny --samples corpus/calib.txt --out /tmp/calib`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if model == "" || out == "" || len(samples) == 0 {

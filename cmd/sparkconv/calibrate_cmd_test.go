@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-const calibCorpus = "../../fixtures/corpus/calib.txt"
+const calibCorpus = "../../corpus/calib.txt"
 
 func TestCalibrateCommand(t *testing.T) {
 	dir := t.TempDir()

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"sparkconv/fixtures/corpus"
+	"sparkconv/corpus"
 	"sparkconv/kernels"
 )
 

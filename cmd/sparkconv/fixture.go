@@ -6,11 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"sparkconv/fixtures"
+	"sparkconv/synthetic"
 )
 
 func init() {
-	var opt fixtures.Options
+	var opt synthetic.Options
 	var out string
 	var force bool
 	cmd := &cobra.Command{
@@ -20,7 +20,7 @@ func init() {
   sparkconv fixture --preset full --out /tmp/spark-full --shards 2 --untied`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			shape := fixtures.Presets[opt.Preset]
+			shape := synthetic.Presets[opt.Preset]
 			if out == "" {
 				return usagef("--out is required")
 			}
@@ -32,7 +32,7 @@ func init() {
 				return err
 			}
 			opt.Ctx = cmd.Context()
-			if err := fixtures.GenerateFolder(out, force, opt, jsonOut); err != nil {
+			if err := synthetic.GenerateFolder(out, force, opt, jsonOut); err != nil {
 				return err
 			}
 			if jsonOut {
@@ -43,13 +43,13 @@ func init() {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opt.Preset, "preset", "tiny", "model size: "+strings.Join(fixtures.PresetNames(), ", "))
+	f.StringVar(&opt.Preset, "preset", "tiny", "model size: "+strings.Join(synthetic.PresetNames(), ", "))
 	f.StringVar(&out, "out", "", "output folder")
 	f.Uint64Var(&opt.Seed, "seed", 1, "random seed (same seed, same bytes)")
 	f.IntVar(&opt.Shards, "shards", 1, "write this many safetensors shards plus an index")
 	f.BoolVar(&opt.Untied, "untied", false, "write a separate lm_head.weight (tie_word_embeddings false)")
 	f.BoolVar(&force, "force", false, "replace an existing output folder")
-	oneOf(cmd, "preset", fixtures.PresetNames()...)
+	oneOf(cmd, "preset", synthetic.PresetNames()...)
 	freeForm(cmd, "out")
 	uintAny(cmd, "seed")
 	intIn(cmd, "shards", 1, 1<<16)

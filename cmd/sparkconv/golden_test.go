@@ -31,6 +31,13 @@ var update = flag.Bool("update", false, "rewrite testdata/golden-outputs.json fr
 
 const goldenFile = "../../testdata/golden-outputs.json"
 
+// goldenSamples is the calibrate row's --samples path, which its
+// summary.json records as given: the path the goldens were recorded with.
+// TestGoldenOutputs runs the commands from $TMP/run/cmd, with the corpus
+// (../../corpus/calib.txt) copied to $TMP/fixtures/corpus/calib.txt, so the
+// recorded bytes stay the same.
+const goldenSamples = "../../fixtures/corpus/calib.txt"
+
 var goldenRuns = []struct {
 	name string
 	args []string
@@ -41,7 +48,7 @@ var goldenRuns = []struct {
 	{"w4a16 --rtn --quant-head", []string{"w4a16", "--rtn", "--quant-head", "--model", "MODEL", "--out", "OUT"}},
 	{"gptq --rtn --quant-head", []string{"gptq", "--rtn", "--quant-head", "--model", "MODEL", "--out", "OUT"}},
 	{"gptq --quant-head (calibrated)", []string{"gptq", "--quant-head", "--model", "MODEL", "--out", "OUT"}},
-	{"calibrate", []string{"calibrate", "--model", "MODEL", "--samples", "../../fixtures/corpus/calib.txt", "--out", "OUT"}},
+	{"calibrate", []string{"calibrate", "--model", "MODEL", "--samples", goldenSamples, "--out", "OUT"}},
 	{"export-onnx", []string{"export-onnx", "--model", "MODEL", "--out", "OUT"}},
 	{"export-onnx fp16 block", []string{"export-onnx", "--model", "MODEL", "--out", "OUT", "--dtype", "fp16", "--granularity", "block"}},
 	{"export-onnx --prefill 16", []string{"export-onnx", "--model", "MODEL", "--out", "OUT", "--prefill", "16"}},
@@ -113,6 +120,20 @@ func TestGoldenOutputs(t *testing.T) {
 	}
 	t.Setenv(kernels.EnvKernels, "avx2")
 	tmp := t.TempDir()
+	golden, err := filepath.Abs(goldenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus, err := os.ReadFile("../../corpus/calib.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd := filepath.Join(tmp, "run", "cmd")
+	if err := os.MkdirAll(wd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(wd, filepath.Dir(goldenSamples)), filepath.Base(goldenSamples), string(corpus))
+	t.Chdir(wd)
 	model := filepath.Join(tmp, "model")
 	mustRun(t, "fixture", "--preset", "tiny", "--out", model)
 	got := map[string]map[string]string{}
@@ -146,13 +167,13 @@ func TestGoldenOutputs(t *testing.T) {
 	}
 	if *update {
 		b, _ := json.MarshalIndent(got, "", "  ")
-		if err := os.WriteFile(goldenFile, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(golden, append(b, '\n'), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("wrote %s", goldenFile)
+		t.Logf("wrote %s", golden)
 		return
 	}
-	b, err := os.ReadFile(goldenFile)
+	b, err := os.ReadFile(golden)
 	if err != nil {
 		t.Fatalf("%v (run with -update to create it)", err)
 	}

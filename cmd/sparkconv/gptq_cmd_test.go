@@ -68,7 +68,7 @@ func TestGPTQCommand(t *testing.T) {
 		t.Errorf("stderr: %s", errOut)
 	}
 	samples := filepath.Join(dir, "s.txt")
-	corpus, err := os.ReadFile("../../fixtures/corpus/calib.txt")
+	corpus, err := os.ReadFile("../../corpus/calib.txt")
 	if err != nil {
 		t.Fatal(err)
 	}

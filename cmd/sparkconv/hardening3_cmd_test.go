@@ -75,7 +75,7 @@ func TestQNNBundleReadsAreInputs(t *testing.T) {
 	dir := t.TempDir()
 	ex := filepath.Join(dir, "ex")
 	mustRun(t, "export-onnx", "--model", m, "--out", ex)
-	corpus, _ := os.ReadFile("../../fixtures/corpus/calib.txt")
+	corpus, _ := os.ReadFile("../../corpus/calib.txt")
 	for _, c := range []struct {
 		name, file string
 		flags, env []string
@@ -121,7 +121,7 @@ func TestSavedJSONOwnsNothing(t *testing.T) {
 	for _, cmd := range [][]string{
 		{"export-onnx", "--model", m, "--out", proj, "--force"},
 		{"w8a8", "--rtn", "--model", m, "--out", proj, "--force"},
-		{"calibrate", "--model", m, "--samples", "../../fixtures/corpus/calib.txt", "--out", proj, "--force"},
+		{"calibrate", "--model", m, "--samples", "../../corpus/calib.txt", "--out", proj, "--force"},
 		{"fixture", "--out", proj, "--force"},
 	} {
 		expect(t, 1, []string{proj + " exists and is not written by sparkconv (it holds no " + markerName + " marker"}, cmd...)
@@ -394,7 +394,7 @@ func sparse(t *testing.T, dir, name string, size int64) string {
 // the corpus (spans of 20 to 400 words), separated by --- lines.
 func variedText(t *testing.T, dir, name string, size int) string {
 	t.Helper()
-	corpus, err := os.ReadFile("../../fixtures/corpus/calib.txt")
+	corpus, err := os.ReadFile("../../corpus/calib.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +607,7 @@ func TestModelChangedDuringRun(t *testing.T) {
 		args          []string
 	}{
 		{"eval", "OUT/.b.st.sparkconv-tmp-*", []string{"eval", "--base", m, "--model", build, "--report", "OUT/r.html", "--base-logits", "OUT/b.st"}},
-		{"calibrate", "OUT/.c.sparkconv-tmp-*", []string{"calibrate", "--model", m, "--samples", "../../fixtures/corpus/calib.txt", "--out", "OUT/c"}},
+		{"calibrate", "OUT/.c.sparkconv-tmp-*", []string{"calibrate", "--model", m, "--samples", "../../corpus/calib.txt", "--out", "OUT/c"}},
 		{"keep-float", "", []string{"w8a8", "--rtn", "--keep-float", "1", "--model", m, "--out", "OUT/k"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -699,7 +699,7 @@ func TestSameInputSameBytes(t *testing.T) {
 // the calibration text is scored, with a warning that says so.
 func TestCalibrationAsHeldOutWarned(t *testing.T) {
 	m := tinyModel(t)
-	calib := "../../fixtures/corpus/calib.txt"
+	calib := "../../corpus/calib.txt"
 	expect(t, 0, []string{"sparkconv: warning: --eval " + calib + " is the calibration text " + calib + " (same bytes, sha256 ", "overstate the fidelity"},
 		"w8a8", "--model", m, "--out", filepath.Join(t.TempDir(), "o"), "--samples", calib, "--tokens", "512", "--eval="+calib)
 }

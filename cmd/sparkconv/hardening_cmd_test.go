@@ -100,7 +100,7 @@ func TestForceReplacesOnlySparkconvOutputs(t *testing.T) {
 			{"w8a8", "--model", m, "--out", out, "--rtn", "--force"},
 			{"export-onnx", "--model", m, "--out", out, "--force"},
 			{"fixture", "--out", out, "--force"},
-			{"calibrate", "--model", m, "--samples", "../../fixtures/corpus/calib.txt", "--out", out, "--force"},
+			{"calibrate", "--model", m, "--samples", "../../corpus/calib.txt", "--out", out, "--force"},
 		} {
 			expect(t, 1, []string{out, "--force replaces only what sparkconv itself wrote"}, cmd...)
 		}
@@ -113,7 +113,7 @@ func TestForceReplacesOnlySparkconvOutputs(t *testing.T) {
 	build := filepath.Join(dir, "b")
 	mustRun(t, "w8a8", "--model", m, "--out", build, "--rtn")
 	mustRun(t, "w4a16", "--model", m, "--out", build, "--rtn", "--force") // a build replaces a build
-	corpus, _ := os.ReadFile("../../fixtures/corpus/calib.txt")
+	corpus, _ := os.ReadFile("../../corpus/calib.txt")
 	inside := filepath.Join(build, "samples.txt")
 	os.WriteFile(inside, corpus, 0o644)
 	expect(t, 2, []string{"contains the input " + inside}, "w8a8", "--model", m, "--out", build, "--samples", inside, "--force")
@@ -337,7 +337,7 @@ func TestCalibrationTextRules(t *testing.T) {
 	mustRun(t, "export-onnx", "--model", m, "--out", ex)
 	short := filepath.Join(dir, "short.txt")
 	os.WriteFile(short, []byte("hello world\n"), 0o644)
-	corpus, _ := os.ReadFile("../../fixtures/corpus/calib.txt")
+	corpus, _ := os.ReadFile("../../corpus/calib.txt")
 	varied := filepath.Join(dir, "varied.txt")
 	os.WriteFile(varied, corpus[:700], 0o644)
 	q := filepath.Join(dir, "q")

@@ -41,7 +41,7 @@ func TestOutIsInputRefused(t *testing.T) {
 			{"w8a8", "--model", m, "--out", out, "--force"},
 			{"w4a16", "--model", m, "--out", out, "--force", "--quant-head"},
 			{"export-onnx", "--model", m, "--out", out, "--force"},
-			{"calibrate", "--model", m, "--samples", "../../fixtures/corpus/calib.txt", "--out", out, "--force"},
+			{"calibrate", "--model", m, "--samples", "../../corpus/calib.txt", "--out", out, "--force"},
 		} {
 			_, errOut, code := run(t, cmd...)
 			if code != 2 || !strings.Contains(errOut, "input") {

@@ -26,7 +26,7 @@ func TestJSONOnStdout(t *testing.T) {
 		{[]string{"export-onnx", "--model", m, "--out", onnx}, 0},
 		{[]string{"lint", onnx}, 0},
 		{[]string{"plan", "--cpuinfo", "../../plan/testdata/cpuinfo-epyc-avx2.txt"}, 0},
-		{[]string{"calibrate", "--model", m, "--samples", "../../fixtures/corpus/calib.txt", "--out", filepath.Join(dir, "c")}, 0},
+		{[]string{"calibrate", "--model", m, "--samples", "../../corpus/calib.txt", "--out", filepath.Join(dir, "c")}, 0},
 		{[]string{"inspect", "--model", dir}, 1},
 		{[]string{"w8a8", "--model", m, "--out", m}, 2},
 		{[]string{"verify", "--steps", "0"}, 2},

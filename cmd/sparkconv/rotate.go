@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -54,7 +53,7 @@ build quantizes from the exact rotated weights.`,
 			if err := onlyWith(cmd, sm.Alpha > 0 || sm.Auto, "--smooth-down (0 turns smoothing off)", "samples", "tokens", "seq-len"); err != nil {
 				return err
 			}
-			o := rotate.Options{Options: opt, Seed: seed, Smooth: sm}
+			o := rotate.Options{Options: opt, Seed: seed, Smooth: sm, Log: cmd.ErrOrStderr()}
 			if dt != "same" {
 				if o.DType, err = dtype.Parse(map[string]string{"bf16": "BF16", "f32": "F32"}[dt]); err != nil {
 					return usagef("--dtype %s: %v", dt, err)
@@ -77,11 +76,11 @@ build quantizes from the exact rotated weights.`,
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "seed of the rotation's random signs (or of the random orthogonal matrix)")
 	cmd.Flags().StringVar(&dt, "dtype", "same", "dtype of the written tensors: same (each input tensor's), bf16 or f32")
 	f := cmd.Flags()
-	f.StringVar(&smooth, "smooth-down", strconv.FormatFloat(rotate.DefaultSmoothAlpha, 'g', -1, 64), "also smooth every down_proj input with this SmoothQuant alpha in [0, 0.99] (folded into up_proj and down_proj, exact); 0 turns it off; auto chooses alpha per layer by the W8A8 output error on the calibration tokens")
+	f.StringVar(&smooth, "smooth-down", strconv.FormatFloat(rotate.DefaultSmoothAlpha, 'g', -1, 64), "also smooth every down_proj input with this SmoothQuant alpha in "+smoothDownRange+" (folded into up_proj and down_proj, exact); 0 turns it off; auto chooses alpha per layer by the W8A8 output error on the calibration tokens")
 	f.StringArrayVar(&sm.Files, "samples", nil, "calibration samples file for --smooth-down (text with --- separators, or .jsonl); repeatable (default: the embedded corpus)")
 	f.IntVar(&sm.Tokens, "tokens", rotate.DefaultSmoothTokens, "calibration tokens for --smooth-down")
 	f.IntVar(&sm.SeqLen, "seq-len", 512, "longest calibration chunk in tokens")
-	checkedBy(cmd, "smooth-down", "a number in [0, 0.99] or auto", func(s string) error {
+	checkedBy(cmd, "smooth-down", "a number in "+smoothDownRange+" or auto", func(s string) error {
 		_, _, err := parseSmoothDown(s)
 		return err
 	}, "1", "-0.1", "NaN", "inf", "", "x", "Auto", "0.995")
@@ -93,14 +92,18 @@ build quantizes from the exact rotated weights.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// parseSmoothDown reads --smooth-down: an alpha in [0, 0.99] or auto.
+// smoothDownRange is --smooth-down's numeric range, rotate's.
+var smoothDownRange = fmt.Sprintf("[0, %g]", rotate.MaxSmoothAlpha)
+
+// parseSmoothDown reads --smooth-down: an alpha in smoothDownRange
+// (rotate.Smoothing.Check) or auto.
 func parseSmoothDown(s string) (alpha float64, auto bool, err error) {
 	if s == "auto" {
 		return 0, true, nil
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(v) || v < 0 || v > 0.99 {
-		return 0, false, errors.New("want a number in [0, 0.99] or auto")
+	if err != nil || (rotate.Smoothing{Alpha: v}).Check() != nil {
+		return 0, false, errors.New("want a number in " + smoothDownRange + " or auto")
 	}
 	return v, false, nil
 }

@@ -90,7 +90,7 @@ func TestNaNWeightRefused(t *testing.T) {
 		{"forward", "--ids", "1,2,3", "--model", m},
 		{"export-onnx", "--model", m, "--out", "OUT"},
 		{"w8a8", "--rtn", "--model", m, "--out", "OUT"},
-		{"calibrate", "--samples", "../../fixtures/corpus/calib.txt", "--model", m, "--out", "OUT"},
+		{"calibrate", "--samples", "../../corpus/calib.txt", "--model", m, "--out", "OUT"},
 	} {
 		out := filepath.Join(t.TempDir(), "o")
 		for i, a := range cmd {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"sparkconv/corpus"
 	"sparkconv/eval"
-	"sparkconv/fixtures/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
