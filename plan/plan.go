@@ -125,12 +125,12 @@ type Choice struct {
 }
 
 // Why the W4A8 build starts from the rotated checkpoint and the W4A16 one
-// does not (docs/rotation.md, docs/calibration.md#act-order; measured on
-// SmolLM2-135M mapped to Spark, group 64, held-out text, act-order on as
-// both commands default).
+// does not (docs/benchmarks.md#real-model; measured on SmolLM2-135M mapped
+// to Spark, group 64, testdata/real/heldout.txt, each command at its
+// defaults).
 const (
-	rotatedW4A8 = "built from the rotated checkpoint (rotate, without down_proj smoothing, which costs int4 down_proj more than int8 activations gain): mean KLD 0.172 -> 0.123 on a real model"
-	plainW4A16  = "built from the checkpoint as it is, with act-order (w4a16's default): mean KLD 0.077 on a real model, where rotating it first (rotate, with down_proj smoothing) gives 0.087"
+	rotatedW4A8 = "built from the rotated checkpoint (rotate, without down_proj smoothing, which costs int4 down_proj more than int8 activations gain): mean KLD 0.145 -> 0.111 on a real model"
+	plainW4A16  = "built from the checkpoint as it is, with act-order (w4a16's default): mean KLD 0.052 on a real model, where rotating it first (rotate, with down_proj smoothing) gives 0.080"
 	// What vLLM's CPU GPTQ kernel (CPUWNA16LinearKernel, vLLM 0.33 and
 	// 0.34) does with a gptq checkpoint, and what tinygemm does with w4a16.
 	runsW4A8     = "vLLM (0.33 and later) CPUWNA16LinearKernel: int4_scaled_mm_cpu on AMX tiles, activations quantized per row to int8, when the model is bf16 and VLLM_CPU_INT4_W4A8 is on (its default); otherwise the same checkpoint runs on cpu_gemm_wna16 with bf16 activations"
