@@ -152,20 +152,27 @@ type calibFlags struct {
 	rtn bool
 }
 
-// register adds the flags; actOrder is --act-order's default (on for the
-// 4-bit grids: on the real model, with the plain group search, it lowers
-// W4A16's mean KLD from 0.124 to 0.077 and W4A8's from 0.243 to 0.172;
-// with the weighted search and the refit, W4A16's from 0.0707 to 0.0657;
-// docs/calibration.md#act-order).
-func (c *calibFlags) register(cmd *cobra.Command, actOrder bool) {
+// register adds the flags; fourBit says the grid is 4-bit, where
+// --act-order and --refit default on. On the real model, with the plain
+// group search, act-order lowers W4A16's mean KLD from 0.124 to 0.077 and
+// W4A8's from 0.243 to 0.172; with the weighted search and the refit,
+// W4A16's from 0.0707 to 0.0657 (docs/calibration.md#act-order). The
+// refit takes W4A16 from 0.0705 to 0.0657 and leaves int8 where it was
+// or a little worse (w8a8: 0.0267 without, 0.0273 with), so w8a8 runs
+// without it unless asked (docs/calibration.md#weighted-search-and-refit).
+func (c *calibFlags) register(cmd *cobra.Command, fourBit bool) {
 	f := cmd.Flags()
 	f.StringArrayVar(&c.c.Files, "samples", nil, "calibration samples file (text with --- separators, or .jsonl); repeatable (default: the embedded corpus)")
 	f.IntVar(&c.c.Budget, "tokens", gptq.DefaultBudget, "calibration token budget: tokens run through the model, drawn round-robin over the samples")
 	f.IntVar(&c.c.SeqLen, "seq-len", gptq.DefaultSeqLen, "longest calibration chunk in tokens; longer samples are cut into several chunks")
 	f.Float64Var(&c.c.Damp, "damp", gptq.DefaultDamp, "GPTQ damping, a fraction of the Hessian's mean diagonal, in (0, 1]")
-	f.BoolVar(&c.c.ActOrder, "act-order", actOrder, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g); --act-order=false solves them in order")
+	f.BoolVar(&c.c.ActOrder, "act-order", fourBit, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g); --act-order=false solves them in order")
 	f.BoolVar(&c.rtn, "rtn", false, "round to nearest without calibration")
-	f.IntVar(&c.c.Refit, "refit", gptq.DefaultRefit, "sweeps of the least-squares refit of each solved linear's group parameters to its codes under the calibration Hessian (0: none)")
+	refit := 0
+	if fourBit {
+		refit = gptq.DefaultRefit
+	}
+	f.IntVar(&c.c.Refit, "refit", refit, "sweeps of the least-squares refit of each solved linear's group parameters to its codes under the calibration Hessian (0: none)")
 	f.IntVar(&c.c.Rounds, "refit-rounds", 1, "with --refit: times the codes are solved, each after the first for the refitted parameters (the lower loss is kept)")
 	freeForm(cmd, "samples")
 	intIn(cmd, "refit", 0, 20)

@@ -2,12 +2,15 @@ package main
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"sparkconv/gptq"
 )
 
 // TestEveryFlagChecked walks every flag of every command found in the
@@ -107,5 +110,29 @@ func TestUsageExitCodes(t *testing.T) {
 	}
 	if out := mustRun(t, "--version"); out != "sparkconv "+version+"\n" {
 		t.Errorf("--version: %q", out)
+	}
+}
+
+// TestCalibrationDefaults: act-order and the refit default on for the
+// 4-bit formats and off for w8a8, where the refit measured no better
+// (docs/calibration.md#weighted-search-and-refit).
+func TestCalibrationDefaults(t *testing.T) {
+	for _, c := range []struct {
+		cmd, actOrder, refit string
+	}{
+		{"gptq", "true", strconv.Itoa(gptq.DefaultRefit)},
+		{"w4a16", "true", strconv.Itoa(gptq.DefaultRefit)},
+		{"w8a8", "false", "0"},
+	} {
+		cmd, _, err := rootCmd.Find([]string{c.cmd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cmd.Flags().Lookup("act-order").DefValue; got != c.actOrder {
+			t.Errorf("%s --act-order defaults to %s, want %s", c.cmd, got, c.actOrder)
+		}
+		if got := cmd.Flags().Lookup("refit").DefValue; got != c.refit {
+			t.Errorf("%s --refit defaults to %s, want %s", c.cmd, got, c.refit)
+		}
 	}
 }
