@@ -322,8 +322,8 @@ type BundleCalibration struct {
 	Tokens     int    `json:"tokens"`
 	Observed   []int  `json:"observed_positions"`
 	Positions  []int  `json:"positions"`
-	// HeldOut are the positions the simulation scores in each held-out
-	// sequence (0..--held-out-1; a shorter sequence its own positions),
+	// HeldOut are the positions the simulation scores in the longest
+	// held-out window (each sequence's own are in HeldOutSequences),
 	// HeldOutFiles the held-out texts read (the --held-out-samples files
 	// or the built-in held-out text, with their sha256) and
 	// HeldOutSequences their samples, each scored as a sequence of its

@@ -2,6 +2,7 @@ package qnnbundle
 
 import (
 	"fmt"
+	"math"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
@@ -9,11 +10,45 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// MaxHeldOutPositions bounds the positions the simulation scores over
-// every held-out sequence together: the reference's trace of each sequence
-// (every layer's residual, keys and values, and the logits) is held until
-// the last graph is simulated.
-const MaxHeldOutPositions = 16384
+// MaxHeldOutTokens bounds the tokens traced over every held-out sequence
+// together: the reference's trace of each sequence (every layer's
+// residual, keys and values, and the logits at the scored positions) is
+// held until the last graph is simulated.
+const MaxHeldOutTokens = 16384
+
+// DefaultHeldOutPositions is how many positions of each held-out sequence
+// the simulation scores when Options.HeldOutPositions is 0
+// (ScoredPositions): with the built-in held-out text's 10 samples, about
+// as many graph runs as one sequence scored at every position of 256.
+const DefaultHeldOutPositions = 32
+
+// ScoredPositions are the k positions of a window of n tokens (0..n-1)
+// the simulation scores: every position when k >= n, else spaced evenly
+// in log(1+p) from 0 to n-1 (each at least one past the previous): dense
+// at the start of a conversation, where the caches are nearly empty and
+// position 0 becomes the attention sink, sparser later, and the last
+// position, where the caches are fullest (past the sliding window where it
+// wraps), always included.
+func ScoredPositions(k, n int) []int {
+	if n <= 0 || k <= 0 {
+		return nil
+	}
+	if k >= n {
+		k = n
+	}
+	out := make([]int, 0, k)
+	if k == 1 {
+		return append(out, 0)
+	}
+	prev := -1
+	for i := range k {
+		p := int(math.Round(math.Exp(float64(i)*math.Log(float64(n))/float64(k-1)) - 1))
+		p = min(max(p, prev+1), n-k+i)
+		out = append(out, p)
+		prev = p
+	}
+	return out
+}
 
 // HeldOutFile records one held-out text read: a --held-out-samples file or
 // the built-in held-out text, the sha256 of its bytes and how many samples
@@ -26,14 +61,15 @@ type HeldOutFile struct {
 
 // HeldOutSequence is one held-out sample, scored as a sequence of its own
 // (a new conversation: position 0 on an empty cache): Sample is its
-// 1-based index among Source's samples, Tokens how many it gives, and
-// Positions how many of them are scored (0..Positions-1: the first
-// --held-out ones).
+// 1-based index among Source's samples, Tokens how many it gives, Window
+// how many of them are traced (the first --held-out) and Positions the
+// positions of the window the simulation scores (ScoredPositions).
 type HeldOutSequence struct {
 	Source    string `json:"source"`
 	Sample    int    `json:"sample"`
 	Tokens    int    `json:"tokens"`
-	Positions int    `json:"positions"`
+	Window    int    `json:"window"`
+	Positions []int  `json:"positions"`
 }
 
 // HeldOut is the held-out text the simulation scores, one sequence per
@@ -41,20 +77,20 @@ type HeldOutSequence struct {
 type HeldOut struct {
 	Files []HeldOutFile
 	Seqs  []HeldOutSequence
-	ids   [][]int // each sequence's scored tokens
-	// traces, pos (positions 0..Positions-1) and chunks (full prefill
-	// chunks among those positions), per sequence: set by trace.
-	traces      []*Trace
-	pos, chunks [][]int
+	ids   [][]int // each sequence's window of tokens
+	// traces and chunks (whole prefill chunks of the window), per
+	// sequence: set by trace.
+	traces []*Trace
+	chunks [][]int
 }
 
 // ReadHeldOut reads the held-out files in order (calib's samples formats;
 // none: the built-in held-out text, disjoint from the embedded corpus),
-// tokenizes each sample on its own and keeps its first n tokens, the
-// positions the simulation scores; a sample shorter than n is scored at
-// every position it has. Every sample is one sequence; the sequences
-// together may hold at most MaxHeldOutPositions positions.
-func ReadHeldOut(tok *tokenizer.Tokenizer, files []string, n, vocab int) (*HeldOut, error) {
+// tokenizes each sample on its own and keeps its first n tokens (the
+// window; a shorter sample all of its tokens), of which k positions are
+// scored (ScoredPositions). Every sample is one sequence; the windows
+// together may hold at most MaxHeldOutTokens tokens.
+func ReadHeldOut(tok *tokenizer.Tokenizer, files []string, n, k, vocab int) (*HeldOut, error) {
 	h := &HeldOut{}
 	one := [][]string{nil}
 	if len(files) > 0 {
@@ -67,14 +103,14 @@ func ReadHeldOut(tok *tokenizer.Tokenizer, files []string, n, vocab int) (*HeldO
 	for _, f := range one {
 		var seqs []HeldOutSequence
 		rd, err := calib.TokenizeEach(tok, f, calib.HeldOutText, vocab, func(i int, ids []int) (bool, error) {
-			k := min(len(ids), n)
-			total += k
-			if total > MaxHeldOutPositions {
-				return false, fmt.Errorf("the held-out samples give more than %d positions to score (%d samples so far, at most --held-out %d positions each): give fewer samples or a smaller --held-out",
-					MaxHeldOutPositions, len(h.Seqs)+len(seqs)+1, n)
+			w := min(len(ids), n)
+			total += w
+			if total > MaxHeldOutTokens {
+				return false, fmt.Errorf("the held-out samples give more than %d tokens to trace (%d samples so far, at most --held-out %d tokens each): give fewer samples or a smaller --held-out",
+					MaxHeldOutTokens, len(h.Seqs)+len(seqs)+1, n)
 			}
-			seqs = append(seqs, HeldOutSequence{Sample: i + 1, Tokens: len(ids), Positions: k})
-			h.ids = append(h.ids, append([]int(nil), ids[:k]...))
+			seqs = append(seqs, HeldOutSequence{Sample: i + 1, Tokens: len(ids), Window: w, Positions: ScoredPositions(k, w)})
+			h.ids = append(h.ids, append([]int(nil), ids[:w]...))
 			return true, nil
 		})
 		if err != nil {
@@ -92,27 +128,23 @@ func ReadHeldOut(tok *tokenizer.Tokenizer, files []string, n, vocab int) (*HeldO
 	return h, nil
 }
 
-// Longest is the most positions any sequence scores.
+// Longest is the longest window of any sequence.
 func (h *HeldOut) Longest() int {
 	n := 0
 	for _, s := range h.Seqs {
-		n = max(n, s.Positions)
+		n = max(n, s.Window)
 	}
 	return n
 }
 
-// trace runs each sequence through the reference (its logits at every
-// scored position kept) and lays out the positions each graph is scored
-// at: every position of the sequence for a decode graph, and, for prefill
-// graphs of prefill tokens (0: none), the full chunks among them.
+// trace runs each sequence's window through the reference (its logits at
+// the scored positions kept) and lays out where each graph is scored: the
+// sequence's scored positions for a decode graph, and, for prefill graphs
+// of prefill tokens (0: none), every whole chunk of the window.
 func (h *HeldOut) trace(ref *forward.Model, man *onnxgraph.Manifest, prefill int) error {
-	h.traces, h.pos, h.chunks = nil, nil, nil
+	h.traces, h.chunks = nil, nil
 	for i, ids := range h.ids {
-		pos := make([]int, len(ids))
-		for p := range pos {
-			pos[p] = p
-		}
-		t, err := NewTrace(ref, man, ids, pos)
+		t, err := NewTrace(ref, man, ids, h.Seqs[i].Positions)
 		if err != nil {
 			return fmt.Errorf("%s: held-out sample %d: %w", h.Seqs[i].Source, h.Seqs[i].Sample, err)
 		}
@@ -120,7 +152,7 @@ func (h *HeldOut) trace(ref *forward.Model, man *onnxgraph.Manifest, prefill int
 		for p := 0; prefill > 0 && p+prefill <= len(ids); p += prefill {
 			chunks = append(chunks, p)
 		}
-		h.traces, h.pos, h.chunks = append(h.traces, t), append(h.pos, pos), append(h.chunks, chunks)
+		h.traces, h.chunks = append(h.traces, t), append(h.chunks, chunks)
 	}
 	return nil
 }
@@ -128,9 +160,12 @@ func (h *HeldOut) trace(ref *forward.Model, man *onnxgraph.Manifest, prefill int
 // samples is graph e's held-out samples, sequence after sequence, each
 // with its Seq set; runs is how many there are.
 func (h *HeldOut) samples(e onnxgraph.GraphEntry) (fn Samples, runs int) {
-	at := h.pos
-	if e.Decode != "" {
-		at = h.chunks
+	at := h.chunks
+	if e.Decode == "" {
+		at = make([][]int, len(h.Seqs))
+		for i, s := range h.Seqs {
+			at[i] = s.Positions
+		}
 	}
 	for _, p := range at {
 		runs += len(p)

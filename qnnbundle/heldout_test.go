@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -174,7 +175,7 @@ func TestReadHeldOut(t *testing.T) {
 	tools := filepath.Join(dir, "tools.jsonl")
 	toolsText := `{"text": "{\"tool\": \"search\", \"result\": [1, 2, 3]}"}` + "\n"
 	os.WriteFile(tools, []byte(toolsText), 0o644)
-	h, err := ReadHeldOut(tok, []string{prose, tools}, 16, 1<<20)
+	h, err := ReadHeldOut(tok, []string{prose, tools}, 16, 5, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +191,13 @@ func TestReadHeldOut(t *testing.T) {
 		sample int
 	}{{prose, 1}, {prose, 2}, {tools, 1}} {
 		s := h.Seqs[i]
-		if s.Source != want.src || s.Sample != want.sample || s.Positions != min(s.Tokens, 16) || len(h.ids[i]) != s.Positions {
+		if s.Source != want.src || s.Sample != want.sample || s.Window != min(s.Tokens, 16) || len(h.ids[i]) != s.Window ||
+			!slices.Equal(s.Positions, ScoredPositions(5, s.Window)) {
 			t.Errorf("sequence %d: %+v (%d ids), want %s sample %d", i, s, len(h.ids[i]), want.src, want.sample)
 		}
 	}
-	if h.Seqs[0].Tokens <= 16 || h.Seqs[0].Positions != 16 || h.Seqs[1].Tokens >= 16 || h.Longest() != 16 {
+	if h.Seqs[0].Tokens <= 16 || h.Seqs[0].Window != 16 || !slices.Equal(h.Seqs[0].Positions, []int{0, 1, 3, 7, 15}) ||
+		h.Seqs[1].Tokens >= 5 || len(h.Seqs[1].Positions) != h.Seqs[1].Tokens || h.Longest() != 16 {
 		t.Errorf("cut to 16: %+v", h.Seqs)
 	}
 	ids, _ := tok.Encode(long, true)
@@ -204,7 +207,7 @@ func TestReadHeldOut(t *testing.T) {
 		}
 	}
 
-	b, err := ReadHeldOut(tok, nil, 8, 1<<20)
+	b, err := ReadHeldOut(tok, nil, 8, 8, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,13 +216,13 @@ func TestReadHeldOut(t *testing.T) {
 	}
 
 	missing := filepath.Join(dir, "nope.txt")
-	if _, err := ReadHeldOut(tok, []string{prose, missing}, 8, 1<<20); err == nil || !strings.Contains(err.Error(), missing) {
+	if _, err := ReadHeldOut(tok, []string{prose, missing}, 8, 8, 1<<20); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("missing file: %v", err)
 	}
 	big := filepath.Join(dir, "big.txt")
 	sample := strings.Repeat("lamp sea ship ", 1500)
 	os.WriteFile(big, []byte(strings.Repeat(sample+"\n---\n", 4)+sample), 0o644)
-	if _, err := ReadHeldOut(tok, []string{big}, 4096, 1<<20); err == nil || !strings.Contains(err.Error(), "more than 16384 positions to score (5 samples so far, at most --held-out 4096 positions each)") {
+	if _, err := ReadHeldOut(tok, []string{big}, 4096, 8, 1<<20); err == nil || !strings.Contains(err.Error(), "more than 16384 tokens to trace (5 samples so far, at most --held-out 4096 tokens each)") {
 		t.Errorf("too many positions: %v", err)
 	}
 }
@@ -240,20 +243,20 @@ func TestBuildHeldOutSequences(t *testing.T) {
 	os.WriteFile(b, []byte(`{"text": "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}"}`+"\n"), 0o644)
 	out := filepath.Join(dir, "qnn")
 	bu, err := Build(context.Background(), Options{Model: model, Export: export, Out: out, Precision: qnn.Precisions[0],
-		Positions: 3, Observe: 16, HeldOut: 12, HeldOutSamples: []string{a, b}, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true})
+		Positions: 3, Observe: 16, HeldOut: 12, HeldOutPositions: 6, HeldOutSamples: []string{a, b}, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := bu.Calibration
 	if len(c.HeldOutFiles) != 2 || c.HeldOutFiles[0].Source != a || c.HeldOutFiles[1].Source != b || len(c.HeldOutSequences) != 3 ||
-		c.HeldOutSequences[2].Source != b || c.HeldOutSequences[1].Sample != 2 || len(c.HeldOut) != 12 {
+		c.HeldOutSequences[2].Source != b || c.HeldOutSequences[1].Sample != 2 || !slices.Equal(c.HeldOut, []int{0, 1, 2, 3, 6, 11}) {
 		t.Fatalf("calibration %+v", c)
 	}
 	for _, name := range bu.GraphOrder {
 		r := bu.Graphs[name]
 		want := 0
 		for _, s := range c.HeldOutSequences {
-			want += s.Positions
+			want += len(s.Positions)
 		}
 		if len(r.SNRSequences) != 3 || r.SNR == nil || r.SNRWorstSeq == nil || r.SNRWorst == nil || r.Held != want {
 			t.Fatalf("%s: %+v", name, r)
@@ -267,12 +270,42 @@ func TestBuildHeldOutSequences(t *testing.T) {
 		if *r.SNRWorstSeq != lowest || *r.SNRSequences[r.WorstSeq] != lowest || *r.SNRWorstSeq > *r.SNR || *r.SNRWorst > *r.SNRWorstSeq {
 			t.Errorf("%s: pooled %v, sequences %v, worst %v (%d), worst position %v", name, *r.SNR, r.SNRSequences, *r.SNRWorstSeq, r.WorstSeq, *r.SNRWorst)
 		}
-		if r.WorstPosSeq < 0 || r.WorstPosSeq >= 3 || r.WorstPos >= c.HeldOutSequences[r.WorstPosSeq].Positions {
+		if r.WorstPosSeq < 0 || r.WorstPosSeq >= 3 || !slices.Contains(c.HeldOutSequences[r.WorstPosSeq].Positions, r.WorstPos) {
 			t.Errorf("%s: worst position %d of sequence %d", name, r.WorstPos, r.WorstPosSeq)
 		}
 		t.Logf("%s: pooled %.1f dB, worst sequence %.1f dB (%d), worst position %.1f dB (%d of %d)", name, *r.SNR, *r.SNRWorstSeq, r.WorstSeq, *r.SNRWorst, r.WorstPos, r.WorstPosSeq)
 	}
 	if v, _ := bu.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq }); bu.Simulation.MinSeqSNR != v || bu.Simulation.MinSeqGraph == "" {
 		t.Errorf("simulation %+v", bu.Simulation)
+	}
+}
+
+// TestScoredPositions: every position while k covers the window, else k
+// distinct ascending positions from 0 to the window's last, dense at the
+// start and spaced evenly in log(1+p) after.
+func TestScoredPositions(t *testing.T) {
+	for _, c := range []struct {
+		k, n int
+		want []int
+	}{
+		{32, 4, []int{0, 1, 2, 3}},
+		{5, 5, []int{0, 1, 2, 3, 4}},
+		{1, 100, []int{0}},
+		{2, 100, []int{0, 99}},
+		{5, 16, []int{0, 1, 3, 7, 15}},
+		{6, 12, []int{0, 1, 2, 3, 6, 11}},
+		{8, 256, []int{0, 1, 4, 10, 23, 52, 115, 255}},
+		{3, 0, nil},
+		{0, 10, nil},
+	} {
+		if got := ScoredPositions(c.k, c.n); !slices.Equal(got, c.want) {
+			t.Errorf("ScoredPositions(%d, %d) = %v, want %v", c.k, c.n, got, c.want)
+		}
+	}
+	for _, n := range []int{33, 64, 256, 1024, 4096} {
+		got := ScoredPositions(DefaultHeldOutPositions, n)
+		if len(got) != DefaultHeldOutPositions || got[0] != 0 || got[len(got)-1] != n-1 || !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) {
+			t.Errorf("ScoredPositions(%d, %d) = %v", DefaultHeldOutPositions, n, got)
+		}
 	}
 }

@@ -46,11 +46,11 @@ func TestBundlePrefill(t *testing.T) {
 	for _, g := range man.Graphs {
 		decode[g.Name] = g
 	}
-	// Every held-out sequence is scored at its full chunks of 16 among its
-	// first 64 positions.
+	// Every held-out sequence is scored at the whole chunks of 16 of its
+	// window (its first 64 tokens).
 	chunks := 0
 	for _, s := range b.Calibration.HeldOutSequences {
-		chunks += s.Positions / 16
+		chunks += s.Window / 16
 	}
 	if len(b.Calibration.HeldOutSequences) < 2 || chunks < 4 {
 		t.Fatalf("held-out sequences %+v", b.Calibration.HeldOutSequences)

@@ -37,6 +37,7 @@ type Options struct {
 	Positions          int      // calibration positions per graph
 	HeldOut            int      // held-out positions simulated per sequence: 0..HeldOut-1 of each held-out sample (0: DefaultHeldOut, at most the export's context)
 	HeldOutSamples     []string // held-out text files, each sample its own sequence; none: the built-in held-out text
+	HeldOutPositions   int      // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
 	Observe            int      // positions whose activations set the ranges
 	ObserveGiven       bool     // Observe was asked for (--observe): past the export's context it is refused
 	MaskClip           float64  // low end of the attention mask's encoding
@@ -85,6 +86,9 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.HeldOut == 0 {
 		o.HeldOut = min(DefaultHeldOut, man.Context)
 	}
+	if o.HeldOutPositions == 0 {
+		o.HeldOutPositions = DefaultHeldOutPositions
+	}
 	if o.ObserveGiven && o.Observe > man.Context { // as --held-out: refused, never lowered
 		return nil, fmt.Errorf("--observe %d: the export's context holds %d positions", o.Observe, man.Context)
 	}
@@ -101,10 +105,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		return nil, err
 	}
 	calibPos, _ := SamplePositions(o.Positions, 0, len(ids)-1)
-	heldPos := make([]int, held.Longest())
-	for i := range heldPos {
-		heldPos[i] = i
-	}
+	heldPos := ScoredPositions(o.HeldOutPositions, held.Longest())
 	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, nil)}
 	trace, err := NewTrace(ref, man, ids, nil)
 	if err != nil {
@@ -144,7 +145,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}
 	var ppos Positions
 	if man.Prefill != nil {
-		if ppos, err = PrefillPositions(man.Prefill.Tokens, len(ids), len(heldPos), len(calibPos)); err != nil {
+		if ppos, err = PrefillPositions(man.Prefill.Tokens, len(ids), held.Longest(), len(calibPos)); err != nil {
 			return nil, err
 		}
 		b.Prefill = &BundlePrefill{Tokens: man.Prefill.Tokens, Observed: ppos.Observe, Chunks: ppos.Calib, HeldOut: ppos.Held}
@@ -205,7 +206,7 @@ func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int
 	if err := CheckHeldOut(o.HeldOut, context); err != nil {
 		return nil, err
 	}
-	h, err := ReadHeldOut(tok, o.HeldOutSamples, o.HeldOut, vocab)
+	h, err := ReadHeldOut(tok, o.HeldOutSamples, o.HeldOut, o.HeldOutPositions, vocab)
 	if err != nil {
 		return nil, err
 	}

@@ -52,8 +52,9 @@ text the calibration never saw goes past the observed ranges.
 Each QDQ graph then runs in ONNX Runtime against the float32 reference on
 held-out text (--held-out-samples, repeatable, default the built-in
 held-out text), each sample traced as a sequence of its own from position
-0 (a new conversation) and scored at its positions 0..--held-out-1.
-bundle.json says per graph:
+0 (a new conversation) over its first --held-out tokens and scored at
+--held-out-positions of them (default 32: 0, 1, 2, ... dense at the start,
+then spread to the last). bundle.json says per graph:
 
   snr_db                 SNR of hidden_out (the head: logits), each position of
                          every sequence weighted equally (pooled)
@@ -83,7 +84,8 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
 	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
-	fl.IntVar(&f.HeldOut, "held-out", 0, "held-out positions scored per sequence: every position 0..N-1 of each held-out sample, fewer where the sample is shorter (0: 256, or the export's context where it is shorter)")
+	fl.IntVar(&f.HeldOut, "held-out", 0, "held-out window per sequence: the first N tokens of each held-out sample are traced, fewer where the sample is shorter (0: 256, or the export's context where it is shorter)")
+	fl.IntVar(&f.HeldOutPositions, "held-out-positions", qnnbundle.DefaultHeldOutPositions, "positions of each held-out window the simulation scores: 0, 1, 2, ... then spaced evenly in log(1+p) to the window's last (every position when it is at least the window)")
 	fl.StringArrayVar(&f.HeldOutSamples, "held-out-samples", nil, "held-out text the simulation scores, each sample its own sequence (samples separated by lines holding ---, or .jsonl); repeatable; default: the built-in held-out text, disjoint from the calibration corpus")
 	fl.Float64Var(&f.Headroom, "headroom", qnn.Headroom, "factor widening each 16-bit activation's observed range (1: min/max as observed)")
 	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
@@ -100,6 +102,7 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	intIn(cmd, "positions", 1, 4096)
 	intIn(cmd, "observe", 0, 1<<20)
 	intIn(cmd, "held-out", 0, 4096)
+	intIn(cmd, "held-out-positions", 1, 4096)
 	intIn(cmd, "threads", 0, 1024)
 	floatIn(cmd, "mask-clip", -1e6, -1e-9)
 	floatIn(cmd, "headroom", 1, 16)
