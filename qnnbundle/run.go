@@ -22,8 +22,8 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// BarDB is the simulated SNR every layer graph's hidden_out must reach
-// before a bundle is written without Force: on a phone NPU an uncalibrated
+// BarDB is the simulated SNR every layer graph's hidden_out must reach on
+// each held-out sequence before a bundle is written without Force: on a phone NPU an uncalibrated
 // w4a16 layer (-1.6 dB) and a calibrated w8a8 one (5.1 dB) are far below
 // it, a calibrated w8a16 one (36.9 dB) far above
 // (docs/qnn.md#device-figures).
@@ -35,7 +35,7 @@ type Options struct {
 	Samples            string // calibration text file; "": the embedded corpus
 	Precision          qnn.Precision
 	Positions          int      // calibration positions per graph
-	HeldOut            int      // held-out positions simulated per sequence: 0..HeldOut-1 of each held-out sample (0: DefaultHeldOut, at most the export's context)
+	HeldOut            int      // held-out window per sequence: the first HeldOut tokens of each held-out sample are traced (0: DefaultHeldOut, at most the export's context)
 	HeldOutSamples     []string // held-out text files, each sample its own sequence; none: the built-in held-out text
 	HeldOutPositions   int      // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
 	Observe            int      // positions whose activations set the ranges
@@ -49,14 +49,15 @@ type Options struct {
 	Log                io.Writer
 }
 
-// DefaultHeldOut is how many positions of the held-out text the
-// simulation scores when Options.HeldOut is 0 (fewer where the export's
-// context is shorter): every position of a window from 0 on, the first
+// DefaultHeldOut is each held-out sequence's window, the tokens traced
+// from position 0 on, when Options.HeldOut is 0 (fewer where the export's
+// context is shorter); ScoredPositions picks the scored ones, the first
 // ones (few keys, the attention sink forming) included.
 const DefaultHeldOut = 256
 
-// ErrRefused is the error of a bundle whose worst held-out sequence simulates below BarDB in a layer without
-// Force (errors.Is): nothing is written, the returned Bundle says why.
+// ErrRefused is the error of a bundle with a layer whose worst held-out
+// sequence simulates below BarDB, without Force (errors.Is): nothing is
+// written, the returned Bundle says why (Bundle.Refusal).
 var ErrRefused = errors.New("qnn-bundle: refused")
 
 // Build traces the calibration text through the reference forward,
@@ -199,9 +200,9 @@ func (o Options) text(tok *tokenizer.Tokenizer, unk, vocab, context, window int)
 
 // heldOut reads and tokenizes the held-out text the simulation scores
 // (HeldOutSamples, or the built-in held-out text, disjoint from the
-// embedded corpus; ReadHeldOut): each sample a sequence, its first
-// HeldOut tokens the simulated positions. It records the files and the
-// sequences in b.
+// embedded corpus; ReadHeldOut): each sample a sequence, traced over its
+// first HeldOut tokens and scored at HeldOutPositions of them. It records
+// the files and the sequences in b.
 func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int) (*HeldOut, error) {
 	if err := CheckHeldOut(o.HeldOut, context); err != nil {
 		return nil, err
