@@ -16,7 +16,8 @@ import (
 // idempotent (a second pass changes nothing).
 func FuzzLintSanitize(f *testing.F) {
 	for _, b := range []*tb{dynamoModel(), cleanLayer(), guardModel(0, true)(), rmsVariant("reciprocal")(),
-		rmsVariant("powhalf")(), geluVariant(sqrt2, false, true, true, false, false)(), geluVariant(sqrt2, false, false, false, true, false)()} {
+		rmsVariant("powhalf")(), geluVariant(sqrt2, false, true, true, false, false)(), geluVariant(sqrt2, false, false, false, true, false)(),
+		weightGraph(tF32, []int64{1 << 40, 1 << 40})(), weightGraph(onnxpb.TensorProto_INT4, []int64{-1, 3}, []int64{1 << 62})()} {
 		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(b.m)
 		if err != nil {
 			f.Fatal(err)

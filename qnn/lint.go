@@ -81,6 +81,7 @@ var ruleTable = []Rule{
 	{"bool-mask", Error, "boolean tensor: BOOL input/output/initializer, Cast to bool, comparison feeding Where", "docs/formats.md#onnx-decode-step"},
 	{"explicit-softmax", Error, "softmax written as Exp -> ReduceSum -> Div (optionally after ReduceMax -> Sub)", "docs/formats.md#onnx-decode-step"},
 	{"broadcast-mul-reducesum", Error, "product written as broadcasting Mul followed by ReduceSum instead of MatMul", "docs/formats.md#onnx-decode-step"},
+	{"weights-too-large", Error, "a graph whose weights (initializers and Constants, by declared dtype and dims) pass 2 GiB, HTP's limit per context binary", "docs/qnn.md#htps-weight-limit"},
 	{"matmul-batch", Error, "MatMul whose operands' batch dims differ (broadcast), or whose inner dims disagree", "docs/formats.md#onnx-decode-step, docs/qnn.md#matmul-broadcasting"},
 }
 
@@ -134,6 +135,7 @@ func Lint(m *onnxpb.ModelProto) []Finding {
 	l.checkTopology()
 	l.checkIO()
 	l.checkInitializers()
+	l.checkWeights()
 	for i := range l.x.nodes {
 		l.checkNode(i)
 	}

@@ -523,7 +523,7 @@ func attentionCases() []lintCase {
 func TestLintRules(t *testing.T) {
 	var all []lintCase
 	for _, cs := range [][]lintCase{versionCases(), opCases(), geluCases(), rmsCases(), softmaxCases(), guardCases(),
-		reshapeCases(), axesCases(), ioCases(), boolCases(), attentionCases(), topologyCases()} {
+		reshapeCases(), axesCases(), ioCases(), boolCases(), attentionCases(), topologyCases(), weightCases()} {
 		all = append(all, cs...)
 	}
 	tested := map[string]bool{}

@@ -43,15 +43,28 @@ type GraphResult struct {
 	Params      int      `json:"param_encodings"`
 	Patterns    int      `json:"fused_patterns"`
 	Bytes       int64    `json:"bytes"`
-	// Filled by the simulation.
+	Kind        string   `json:"-"` // the export's graph kind
+	// Filled by the simulation (SimResult; nil for an SNR that is +Inf,
+	// an exact reproduction). SNR and SNRDelta are pooled over every
+	// position of every held-out sequence.
 	SNR      *float64 `json:"snr_db"`
 	SNRDelta *float64 `json:"snr_delta_db,omitempty"`
+	// SNRSequences is the SNR of each held-out sequence
+	// (Calibration.HeldOutSequences, in order) over its own positions;
+	// SNRWorstSeq the lowest of them, of sequence WorstSeq (an index into
+	// that list): what the bar applies to.
+	SNRSequences []*float64 `json:"snr_sequences_db"`
+	SNRWorstSeq  *float64   `json:"snr_worst_sequence_db,omitempty"`
+	WorstSeq     int        `json:"worst_sequence_sample"`
 	// SNRWorst is the lowest SNR of a single held-out position, at
-	// WorstPos.
-	SNRWorst *float64 `json:"snr_worst_db,omitempty"`
-	WorstPos int      `json:"worst_position"`
-	Top1     *float64 `json:"top1_agree,omitempty"`
-	Held     int      `json:"held_out_samples"`
+	// WorstPos of sequence WorstPosSeq.
+	SNRWorst    *float64 `json:"snr_worst_db,omitempty"`
+	WorstPos    int      `json:"worst_position"`
+	WorstPosSeq int      `json:"worst_position_sample"`
+	Top1        *float64 `json:"top1_agree,omitempty"`
+	// Held counts the graph runs scored over every held-out sequence
+	// (positions; chunks for a prefill graph).
+	Held int `json:"held_out_runs"`
 	// Tied counts the activation encodings taken from the decode graph
 	// (prefill graphs only).
 	Tied int `json:"tied_encodings,omitempty"`
@@ -309,11 +322,16 @@ type BundleCalibration struct {
 	Tokens     int    `json:"tokens"`
 	Observed   []int  `json:"observed_positions"`
 	Positions  []int  `json:"positions"`
-	// HeldOut are the positions of the held-out text (HeldOutSource, its
-	// bytes' sha256 HeldOutSHA256) the simulation scores.
-	HeldOut       []int  `json:"held_out_positions"`
-	HeldOutSource string `json:"held_out_source"`
-	HeldOutSHA256 string `json:"held_out_sha256"`
+	// HeldOut are the positions the simulation scores in the longest
+	// held-out window (each sequence's own are in HeldOutSequences),
+	// HeldOutFiles the held-out texts read (the --held-out-samples files
+	// or the built-in held-out text, with their sha256) and
+	// HeldOutSequences their samples, each scored as a sequence of its
+	// own: the per-sequence SNRs and sample indices of graphs refer to
+	// this list.
+	HeldOut          []int             `json:"held_out_positions"`
+	HeldOutFiles     []HeldOutFile     `json:"held_out_files"`
+	HeldOutSequences []HeldOutSequence `json:"held_out_sequences"`
 	// Headroom is the factor every 16-bit activation's observed range was
 	// widened by (RangeOptions.Headroom).
 	Headroom float64 `json:"headroom"`
@@ -333,13 +351,59 @@ type BundleMask struct {
 	Note         string     `json:"note"`
 }
 
-// BundleSimulation describes the QDQ run.
+// BundleSimulation describes the QDQ run: the lowest pooled SNR of a
+// layer graph (MinSNR) and the lowest worst-sequence SNR of one
+// (MinSeqSNR, of graph MinSeqGraph), which BarDB applies to.
 type BundleSimulation struct {
-	Runtime  string  `json:"runtime"`
-	Optimize string  `json:"ort_optimize"`
-	Seconds  float64 `json:"-"`
-	MinSNR   float64 `json:"min_layer_snr_db"`
-	BarDB    float64 `json:"bar_db"`
+	Runtime     string  `json:"runtime"`
+	Optimize    string  `json:"ort_optimize"`
+	Seconds     float64 `json:"-"`
+	MinSNR      float64 `json:"min_layer_snr_db"`
+	MinSeqSNR   float64 `json:"min_layer_sequence_snr_db"`
+	MinSeqGraph string  `json:"min_layer_sequence_graph"`
+	BarDB       float64 `json:"bar_db"`
+}
+
+// isLayer reports whether the bar applies to a graph: layer and block
+// graphs (and their prefill graphs), not the embedding or the head.
+func (r *GraphResult) isLayer() bool {
+	return r.Kind == onnxgraph.KindLayer || r.Kind == onnxgraph.KindBlock
+}
+
+// lowest is the lowest finite value of f over the layer graphs, in graph
+// order, and its graph (+Inf and "" when none has one).
+func (b *Bundle) lowest(f func(*GraphResult) *float64) (float64, string) {
+	v, name := math.Inf(1), ""
+	for _, n := range b.GraphOrder {
+		r := b.Graphs[n]
+		if x := f(r); r.isLayer() && x != nil && *x < v {
+			v, name = *x, n
+		}
+	}
+	return v, name
+}
+
+// Refusal says why the bundle is below the bar ("" when it is not): the
+// layer graph whose worst held-out sequence simulates lowest, when that is
+// below BarDB, with the sequence and its dB. The pooled SNR never hides a
+// sequence: one sequence driven out of the ranges refuses the bundle.
+func (b *Bundle) Refusal() string {
+	v, name := b.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq })
+	if name == "" || v >= BarDB {
+		return ""
+	}
+	r := b.Graphs[name]
+	seq := fmt.Sprintf("held-out sequence %d", r.WorstSeq)
+	if r.WorstSeq >= 0 && r.WorstSeq < len(b.Calibration.HeldOutSequences) {
+		s := b.Calibration.HeldOutSequences[r.WorstSeq]
+		seq += fmt.Sprintf(" (%s sample %d)", s.Source, s.Sample)
+	}
+	pooled := "+Inf"
+	if r.SNR != nil {
+		pooled = fmt.Sprintf("%.2f", *r.SNR)
+	}
+	return fmt.Sprintf("%s simulates at %.2f dB on %s in %s, %s dB pooled over the %d held-out sequences (bar %.0f dB on every sequence: below it a layer is unusable on the device, where calibrated w8a8 measures 5.1 dB and w8a16 36.9)",
+		b.Precision, v, name, seq, pooled, len(b.Calibration.HeldOutSequences), BarDB)
 }
 
 // Marshal returns bundle.json's bytes.

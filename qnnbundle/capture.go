@@ -13,7 +13,10 @@ import (
 // mask_value on empty slots, rope_cos/rope_sin), and, for held-out samples,
 // the float32 reference's outputs on those inputs.
 type Sample struct {
-	Pos   int
+	Pos int
+	// Seq is the held-out sequence (sample) the position belongs to: each
+	// held-out sample is traced as its own sequence from position 0.
+	Seq   int
 	Feeds map[string]onnxgraph.Tensor
 	// Want holds the reference forward's outputs: "hidden_out" (embed,
 	// layer, block) or "logits" (head).
@@ -254,15 +257,12 @@ func CheckTextLength(tokens, context, window int, allowShort bool) (warn string,
 	return "", fmt.Errorf("%s; give longer --samples (or --allow-short to bundle it anyway)", msg)
 }
 
-// CheckHeldOut is the rule on the held-out text: it must give the n
-// positions the simulation scores (0..n-1, the first positions of a
-// conversation included), and n must fit the export's context.
-func CheckHeldOut(tokens, n, context int) error {
+// CheckHeldOut is the rule on the held-out window: the n positions the
+// simulation scores in each held-out sequence (0..n-1, the first positions
+// of a conversation included) must fit the export's context.
+func CheckHeldOut(n, context int) error {
 	if n > context {
 		return fmt.Errorf("--held-out %d: the export's context holds %d positions", n, context)
-	}
-	if tokens < n {
-		return fmt.Errorf("the held-out text gives %d tokens, fewer than the %d held-out positions: give longer --held-out-samples or a smaller --held-out", tokens, n)
 	}
 	return nil
 }

@@ -6,9 +6,10 @@
 // when onnxeval runs it position by position, and writes per graph the
 // float graph with its AIMET encodings (qnn's plan and file), the npz
 // calibration inputs (WriteNPZ) and the QDQ simulation graph (QDQModel).
-// Each QDQ graph then runs in ONNX Runtime on held-out positions
-// (Simulate); a bundle whose worst layer simulates below BarDB is refused
-// (ErrRefused) unless forced. An export's prefill graphs are bundled the
+// Each QDQ graph then runs in ONNX Runtime on the held-out text, each
+// sample a sequence of its own (ReadHeldOut, Simulate); a bundle with a
+// layer whose worst held-out sequence simulates below BarDB is refused
+// (ErrRefused, Bundle.Refusal) unless forced. An export's prefill graphs are bundled the
 // same way on whole chunks at prefill positions, their encodings tied to
 // their decode graphs' (prefill.go).
 package qnnbundle

@@ -18,8 +18,9 @@ import (
 
 // BundlePrefill records what the bundle did for the prefill graphs: the
 // chunk starts whose activations set the ranges (Observed), that went into
-// the npz (Positions), and that the simulation scored on the held-out text
-// (HeldOut); every chunk is Tokens real tokens. Each prefill graph's entry
+// the npz (Positions), and the whole chunks of the longest held-out
+// sequence (HeldOut; each sequence is scored at its own whole chunks);
+// every chunk is Tokens real tokens. Each prefill graph's entry
 // in the bundle's graphs counts its tied encodings.
 type BundlePrefill struct {
 	Tokens   int   `json:"tokens"`
@@ -31,7 +32,8 @@ type BundlePrefill struct {
 // PrefillPositions are the chunk starts of prefill graphs of n tokens:
 // every full chunk of the calibration trace (tokens long) is observed,
 // calib of them spread over it go into the npz, and every full chunk of
-// the held-out trace (held tokens) is simulated.
+// the longest held-out sequence (held positions) is listed: each sequence
+// is simulated at its own full chunks.
 func PrefillPositions(n, tokens, held, calib int) (Positions, error) {
 	full := func(t int) []int {
 		var out []int
@@ -45,7 +47,7 @@ func PrefillPositions(n, tokens, held, calib int) (Positions, error) {
 		return pos, fmt.Errorf("the calibration text gives %d tokens, fewer than one prefill chunk of %d", tokens, n)
 	}
 	if len(pos.Held) == 0 {
-		return pos, fmt.Errorf("the held-out window of %d positions holds no prefill chunk of %d tokens (raise --held-out)", held, n)
+		return pos, fmt.Errorf("the longest held-out sequence scores %d positions, fewer than one prefill chunk of %d tokens (raise --held-out, or give longer held-out samples)", held, n)
 	}
 	idx, _ := SamplePositions(min(calib, len(pos.Observe)), 0, len(pos.Observe)-1)
 	for _, i := range idx {

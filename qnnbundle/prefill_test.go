@@ -46,10 +46,20 @@ func TestBundlePrefill(t *testing.T) {
 	for _, g := range man.Graphs {
 		decode[g.Name] = g
 	}
+	// Every held-out sequence is scored at the whole chunks of 16 of its
+	// window (its first 64 tokens).
+	chunks := 0
+	for _, s := range b.Calibration.HeldOutSequences {
+		chunks += s.Window / 16
+	}
+	if len(b.Calibration.HeldOutSequences) < 2 || chunks < 4 {
+		t.Fatalf("held-out sequences %+v", b.Calibration.HeldOutSequences)
+	}
 	for _, pg := range man.Prefill.Graphs {
 		dg := decode[pg.Decode]
 		res := b.Graphs[pg.Name]
-		if res == nil || res.SNR == nil || *res.SNR < BarDB || res.Samples != 3 || res.Observed != 4 || res.Held != 4 {
+		if res == nil || res.SNR == nil || *res.SNR < BarDB || res.Samples != 3 || res.Observed != 4 || res.Held != chunks ||
+			len(res.SNRSequences) != len(b.Calibration.HeldOutSequences) {
 			t.Fatalf("%s: %+v", pg.Name, res)
 		}
 		t.Logf("%s: simulated %.1f dB (decode graph %.1f dB), %d of %d activation encodings tied", pg.Name, *res.SNR, *b.Graphs[dg.Name].SNR, res.Tied, res.Activations)

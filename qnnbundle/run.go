@@ -22,8 +22,8 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// BarDB is the simulated SNR every layer graph's hidden_out must reach
-// before a bundle is written without Force: on a phone NPU an uncalibrated
+// BarDB is the simulated SNR every layer graph's hidden_out must reach on
+// each held-out sequence before a bundle is written without Force: on a phone NPU an uncalibrated
 // w4a16 layer (-1.6 dB) and a calibrated w8a8 one (5.1 dB) are far below
 // it, a calibrated w8a16 one (36.9 dB) far above
 // (docs/qnn.md#device-figures).
@@ -34,35 +34,38 @@ type Options struct {
 	Model, Export, Out string
 	Samples            string // calibration text file; "": the embedded corpus
 	Precision          qnn.Precision
-	Positions          int     // calibration positions per graph
-	HeldOut            int     // held-out positions simulated: 0..HeldOut-1 of the held-out text (0: DefaultHeldOut, at most the export's context)
-	HeldOutSamples     string  // held-out text file; "": the built-in held-out text
-	Observe            int     // positions whose activations set the ranges
-	ObserveGiven       bool    // Observe was asked for (--observe): past the export's context it is refused
-	MaskClip           float64 // low end of the attention mask's encoding
-	Headroom           float64 // factor widening each 16-bit activation's observed range
-	ORTLib             string  // libonnxruntime.so ("": ortrun.FindORTLib's search)
-	Threads            int     // ONNX Runtime intra-op threads (0: its default)
-	Force              bool    // write below BarDB, and replace an existing Out
-	AllowShort         bool    // text shorter than the export's context, with a warning
+	Positions          int      // calibration positions per graph
+	HeldOut            int      // held-out window per sequence: the first HeldOut tokens of each held-out sample are traced (0: DefaultHeldOut, at most the export's context)
+	HeldOutSamples     []string // held-out text files, each sample its own sequence; none: the built-in held-out text
+	HeldOutPositions   int      // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
+	Observe            int      // positions whose activations set the ranges
+	ObserveGiven       bool     // Observe was asked for (--observe): past the export's context it is refused
+	MaskClip           float64  // low end of the attention mask's encoding
+	Headroom           float64  // factor widening each 16-bit activation's observed range
+	ORTLib             string   // libonnxruntime.so ("": ortrun.FindORTLib's search)
+	Threads            int      // ONNX Runtime intra-op threads (0: its default)
+	Force              bool     // write below BarDB, and replace an existing Out
+	AllowShort         bool     // text shorter than the export's context, with a warning
 	Log                io.Writer
 }
 
-// DefaultHeldOut is how many positions of the held-out text the
-// simulation scores when Options.HeldOut is 0 (fewer where the export's
-// context is shorter): every position of a window from 0 on, the first
+// DefaultHeldOut is each held-out sequence's window, the tokens traced
+// from position 0 on, when Options.HeldOut is 0 (fewer where the export's
+// context is shorter); ScoredPositions picks the scored ones, the first
 // ones (few keys, the attention sink forming) included.
 const DefaultHeldOut = 256
 
-// ErrRefused is the error of a bundle that simulates below BarDB without
-// Force (errors.Is): nothing is written, the returned Bundle says why.
+// ErrRefused is the error of a bundle with a layer whose worst held-out
+// sequence simulates below BarDB, without Force (errors.Is): nothing is
+// written, the returned Bundle says why (Bundle.Refusal).
 var ErrRefused = errors.New("qnn-bundle: refused")
 
 // Build traces the calibration text through the reference forward,
 // calibrates and writes every graph of the export, simulates each QDQ graph
-// in ONNX Runtime on held-out positions and writes bundle.json, all into
-// Out at once. A bundle whose worst layer simulates below BarDB is refused
-// (ErrRefused, with the Bundle that would have been written) unless Force.
+// in ONNX Runtime on the held-out sequences and writes bundle.json, all
+// into Out at once. A bundle with a layer whose worst held-out sequence
+// simulates below BarDB is refused (ErrRefused, with the Bundle that would
+// have been written) unless Force.
 func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -84,6 +87,9 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.HeldOut == 0 {
 		o.HeldOut = min(DefaultHeldOut, man.Context)
 	}
+	if o.HeldOutPositions == 0 {
+		o.HeldOutPositions = DefaultHeldOutPositions
+	}
 	if o.ObserveGiven && o.Observe > man.Context { // as --held-out: refused, never lowered
 		return nil, fmt.Errorf("--observe %d: the export's context holds %d positions", o.Observe, man.Context)
 	}
@@ -95,26 +101,26 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	heldIDs, err := o.heldOut(b, tok, ref.Cfg.VocabSize, man.Context)
+	held, err := o.heldOut(b, tok, ref.Cfg.VocabSize, man.Context)
 	if err != nil {
 		return nil, err
 	}
 	calibPos, _ := SamplePositions(o.Positions, 0, len(ids)-1)
-	heldPos := make([]int, o.HeldOut)
-	for i := range heldPos {
-		heldPos[i] = i
-	}
+	heldPos := ScoredPositions(o.HeldOutPositions, held.Longest())
 	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, nil)}
 	trace, err := NewTrace(ref, man, ids, nil)
 	if err != nil {
 		return nil, err
 	}
-	heldTrace, err := NewTrace(ref, man, heldIDs, heldPos)
-	if err != nil {
+	prefill := 0
+	if man.Prefill != nil {
+		prefill = man.Prefill.Tokens
+	}
+	if err := held.trace(ref, man, prefill); err != nil {
 		return nil, err
 	}
 	traced := time.Since(start)
-	d, err := outdir.Create(o.Out, o.Force, o.Model, o.Export, o.Samples, o.HeldOutSamples, lib)
+	d, err := outdir.Create(o.Out, o.Force, append([]string{o.Model, o.Export, o.Samples, lib}, o.HeldOutSamples...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -140,17 +146,15 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}
 	var ppos Positions
 	if man.Prefill != nil {
-		if ppos, err = PrefillPositions(man.Prefill.Tokens, len(ids), len(heldPos), len(calibPos)); err != nil {
+		if ppos, err = PrefillPositions(man.Prefill.Tokens, len(ids), held.Longest(), len(calibPos)); err != nil {
 			return nil, err
 		}
 		b.Prefill = &BundlePrefill{Tokens: man.Prefill.Tokens, Observed: ppos.Observe, Chunks: ppos.Calib, HeldOut: ppos.Held}
 	}
-	worst, worstName, err := o.graphs(ctx, b, d.Path(), man, trace, heldTrace, pos, ppos)
-	if err != nil {
+	if err := o.graphs(ctx, b, d.Path(), man, trace, held, pos, ppos); err != nil {
 		return nil, err
 	}
-	if worst < BarDB {
-		why := fmt.Sprintf("%s simulates at %.1f dB on %s (bar %.0f dB: below it a layer is unusable on the device, where calibrated w8a8 measures 5.1 dB and w8a16 36.9)", o.Precision.Name, worst, worstName, BarDB)
+	if why := b.Refusal(); why != "" {
 		if !o.Force {
 			return b, fmt.Errorf("%w: %s; nothing written to %s (--force writes it anyway)", ErrRefused, why, o.Out)
 		}
@@ -196,34 +200,30 @@ func (o Options) text(tok *tokenizer.Tokenizer, unk, vocab, context, window int)
 
 // heldOut reads and tokenizes the held-out text the simulation scores
 // (HeldOutSamples, or the built-in held-out text, disjoint from the
-// embedded corpus): HeldOut tokens, every one a simulated position. It
-// records the text's source and sha256 in b.
-func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int) ([]int, error) {
-	var files []string
-	if o.HeldOutSamples != "" {
-		files = []string{o.HeldOutSamples}
+// embedded corpus; ReadHeldOut): each sample a sequence, traced over its
+// first HeldOut tokens and scored at HeldOutPositions of them. It records
+// the files and the sequences in b.
+func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int) (*HeldOut, error) {
+	if err := CheckHeldOut(o.HeldOut, context); err != nil {
+		return nil, err
 	}
-	ids, rd, err := calib.StreamPrefix(tok, files, calib.HeldOutText, o.HeldOut, vocab)
+	h, err := ReadHeldOut(tok, o.HeldOutSamples, o.HeldOut, o.HeldOutPositions, vocab)
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckHeldOut(len(ids), o.HeldOut, context); err != nil {
-		return nil, fmt.Errorf("%s: %w", rd.Sources[0], err)
-	}
-	b.Calibration.HeldOutSource, b.Calibration.HeldOutSHA256 = rd.Sources[0], rd.SHA256
-	return ids, nil
+	b.Calibration.HeldOutFiles, b.Calibration.HeldOutSequences = h.Files, h.Seqs
+	return h, nil
 }
 
 // graphs calibrates, writes and simulates every graph of the export into
-// dir, recording each in b, and returns the worst layer's simulated SNR.
+// dir, recording each in b (and in b.Simulation the lowest layer SNRs).
 // A prefill graph follows its decode graph, at the chunk starts ppos, tied
 // to the encodings the decode graph got.
-func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace, heldTrace *Trace, pos, ppos Positions) (float64, string, error) {
+func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, held *HeldOut, pos, ppos Positions) error {
 	graphs := onnxgraph.GraphOrder(man)
 	pre := onnxgraph.PrefillOf(man)
 	bar := progress.New(int64(len(man.AllGraphs())), "qnn-bundle", false)
 	var qdq, qdqPre []onnxgraph.GraphEntry
-	worst, worstName := math.Inf(1), ""
 	var calTime, simTime time.Duration
 	type job struct {
 		e   onnxgraph.GraphEntry
@@ -240,7 +240,7 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	for _, j := range jobs {
 		e := j.e
 		if err := ctx.Err(); err != nil {
-			return 0, "", err
+			return err
 		}
 		bar.Describe(e.File)
 		t0 := time.Now()
@@ -248,19 +248,19 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		if j.dec != nil {
 			dec, err := qnn.ReadEncodings(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".encodings"))
 			if err != nil {
-				return 0, "", err
+				return err
 			}
 			ro.Tie = PrefillTies(dec, *j.dec, e)
 		}
 		res, qe, err := BundleGraph(o.Export, dir, trace, e, j.pos, o.Precision, ro)
 		if err != nil {
-			return 0, "", err
+			return err
 		}
 		t1 := time.Now()
-		held := func(fn func(Sample) error) error { return heldTrace.Samples(e, j.pos.Held, true, fn) }
-		sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, held, o.Threads)
+		samples, runs := held.samples(e)
+		sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, samples, len(held.Seqs), o.Threads)
 		if err != nil {
-			return 0, "", err
+			return err
 		}
 		calTime, simTime = calTime+t1.Sub(t0), simTime+time.Since(t1)
 		v := float64(sim.SNR)
@@ -268,10 +268,12 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		if sim.Delta != nil {
 			res.SNRDelta = finite(float64(*sim.Delta))
 		}
-		res.Top1 = sim.Top1
-		res.SNRWorst, res.WorstPos = finite(sim.Worst), sim.WorstPos
-		if (e.Kind == onnxgraph.KindLayer || e.Kind == onnxgraph.KindBlock) && v < worst {
-			worst, worstName = v, e.Name
+		res.Top1, res.Held, res.Kind = sim.Top1, runs, e.Kind
+		res.SNRWorst, res.WorstPos, res.WorstPosSeq = finite(sim.Worst), sim.WorstPos, sim.WorstPosSeq
+		res.SNRWorstSeq, res.WorstSeq = finite(sim.WorstSeq), sim.WorstSeqIdx
+		res.SNRSequences = make([]*float64, len(sim.Sequences))
+		for i, v := range sim.Sequences {
+			res.SNRSequences[i] = finite(v)
 		}
 		b.Graphs[e.Name] = res
 		b.GraphOrder = append(b.GraphOrder, e.Name)
@@ -284,12 +286,14 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	}
 	bar.Done(true)
 	if err := WriteQDQManifest(dir, man, qdq, qdqPre); err != nil {
-		return 0, "", err
+		return err
 	}
 	b.Calibration.CalibrateSeconds = round2(calTime.Seconds())
 	b.Simulation = &BundleSimulation{Runtime: "ONNX Runtime " + ortrun.Version(), Optimize: SimOptimize,
-		Seconds: round2(simTime.Seconds()), MinSNR: round2(worst), BarDB: BarDB}
-	return worst, worstName, nil
+		Seconds: round2(simTime.Seconds()), BarDB: BarDB}
+	b.Simulation.MinSNR, _ = b.lowest(func(r *GraphResult) *float64 { return r.SNR })
+	b.Simulation.MinSeqSNR, b.Simulation.MinSeqGraph = b.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq })
+	return nil
 }
 
 func finite(v float64) *float64 {
@@ -305,13 +309,13 @@ func round2(v float64) float64 { return math.Round(v*100) / 100 }
 // WriteSummary prints the bundle's per-graph lines and totals to w: what
 // was written to out (wrote), or what would have been (a refusal).
 func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote bool) {
-	fmt.Fprintf(w, "qnn-bundle %s: %d calibration + %d held-out positions of %d tokens (%s), mask encoded over [%g, 0]\n",
-		b.Precision, len(b.Calibration.Positions), len(b.Calibration.HeldOut), b.Calibration.Tokens, b.Calibration.Source, b.Mask.EncodedRange[0])
+	fmt.Fprintf(w, "qnn-bundle %s: %d calibration positions of %d tokens (%s), %d held-out sequences of up to %d positions, mask encoded over [%g, 0]\n",
+		b.Precision, len(b.Calibration.Positions), b.Calibration.Tokens, b.Calibration.Source, len(b.Calibration.HeldOutSequences), len(b.Calibration.HeldOut), b.Mask.EncodedRange[0])
 	var total int64
 	for _, name := range b.GraphOrder {
 		r := b.Graphs[name]
 		total += r.Bytes
-		line := fmt.Sprintf("  %-16s %5d act %4d param encodings  simulated %s dB", name, r.Activations, r.Params, fmtPtr(r.SNR))
+		line := fmt.Sprintf("  %-16s %5d act %4d param encodings  simulated %s dB, worst sequence %s dB (%d)", name, r.Activations, r.Params, fmtPtr(r.SNR), fmtPtr(r.SNRWorstSeq), r.WorstSeq)
 		if r.SNRDelta != nil {
 			line += fmt.Sprintf(", delta %s dB", fmtPtr(r.SNRDelta))
 		}

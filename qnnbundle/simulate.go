@@ -11,19 +11,30 @@ import (
 )
 
 // SimResult is one QDQ graph's agreement with the float32 reference on the
-// held-out samples. Every SNR weighs each position equally: it is
+// held-out sequences (each held-out sample traced as its own sequence from
+// position 0). Every SNR weighs each position equally: it is
 // 10*log10(n / Σ_p noise_p/signal_p) over the n positions, so that a
 // position of large norm (an attention sink's residual holds thousands)
 // neither hides the others' error nor is hidden by them.
 type SimResult struct {
-	// SNR is of hidden_out (embed, layer, block) or logits (head).
+	// SNR is of hidden_out (embed, layer, block) or logits (head), pooled
+	// over every position of every sequence.
 	SNR float64
-	// Delta is the SNR of the residual delta hidden_out - hidden_in: the
-	// layer's own contribution, which the residual's SNR flatters.
+	// Delta is the pooled SNR of the residual delta hidden_out - hidden_in:
+	// the layer's own contribution, which the residual's SNR flatters.
 	Delta *float64
-	// Worst is the lowest SNR of one position, at WorstPos.
-	Worst    float64
-	WorstPos int
+	// Sequences is the SNR of each held-out sequence over its own
+	// positions (+Inf for a sequence the graph reproduces exactly, NaN for
+	// one it was not scored on); WorstSeq is the lowest, of sequence
+	// WorstSeqIdx.
+	Sequences   []float64
+	WorstSeq    float64
+	WorstSeqIdx int
+	// Worst is the lowest SNR of one position, at WorstPos of sequence
+	// WorstPosSeq.
+	Worst       float64
+	WorstPos    int
+	WorstPosSeq int
 	// Top1 is the head's share of held-out positions whose arg-max logit
 	// matches the reference's.
 	Top1 *float64
@@ -42,10 +53,11 @@ const SimOptimize = "basic"
 type Samples func(fn func(Sample) error) error
 
 // Simulate runs the QDQ graph at path (a graph of qnn-bundle's qdq/
-// folder) in ONNX Runtime on the held-out samples and compares it with the
-// reference outputs captured beside them.
-func Simulate(path string, e onnxgraph.GraphEntry, held Samples, threads int) (SimResult, error) {
-	r, err := simulateGraph(path, e, held, threads)
+// folder) in ONNX Runtime on the held-out samples of sequences sequences
+// (Sample.Seq) and compares it with the reference outputs captured beside
+// them.
+func Simulate(path string, e onnxgraph.GraphEntry, held Samples, sequences, threads int) (SimResult, error) {
+	r, err := simulateGraph(path, e, held, sequences, threads)
 	if err != nil {
 		return SimResult{}, fmt.Errorf("simulating %s: %w", e.File, err)
 	}
@@ -60,7 +72,9 @@ type posSNR struct {
 	worstSet   bool
 }
 
-func (a *posSNR) add(pos int, s quant.ErrStats) {
+// add counts one position's errors; it reports whether the position is
+// the worst so far.
+func (a *posSNR) add(pos int, s quant.ErrStats) bool {
 	a.n++
 	r := s.SumErrSq / s.SumSq
 	if s.SumSq == 0 {
@@ -72,12 +86,54 @@ func (a *posSNR) add(pos int, s quant.ErrStats) {
 	a.nsr += r
 	if !a.worstSet || r > a.worst {
 		a.worst, a.worstPos, a.worstSet = r, pos, true
+		return true
 	}
+	return false
 }
 
 func (a *posSNR) db() float64 { return float64(-10 * math.Log10(a.nsr/float64(a.n))) }
 
-func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, threads int) (SimResult, error) {
+// seqSNR accumulates per-position ratios pooled over every sequence and
+// per sequence.
+type seqSNR struct {
+	pooled posSNR
+	seqs   []posSNR
+	// worstSeq is the sequence of pooled's worst position.
+	worstSeq int
+}
+
+func (a *seqSNR) add(seq, pos int, s quant.ErrStats) {
+	for len(a.seqs) <= seq {
+		a.seqs = append(a.seqs, posSNR{})
+	}
+	if a.pooled.add(pos, s) {
+		a.worstSeq = seq
+	}
+	a.seqs[seq].add(pos, s)
+}
+
+// result is the pooled SNR, each of n sequences' SNR (NaN where a
+// sequence has no position), the worst sequence and the worst position.
+func (a *seqSNR) result(n int) (r SimResult) {
+	r.SNR = a.pooled.db()
+	r.Worst, r.WorstPos, r.WorstPosSeq = -10*math.Log10(a.pooled.worst), a.pooled.worstPos, a.worstSeq
+	r.Sequences = make([]float64, n)
+	r.WorstSeq, r.WorstSeqIdx = math.NaN(), -1
+	for i := range r.Sequences {
+		r.Sequences[i] = math.NaN()
+		if i >= len(a.seqs) || a.seqs[i].n == 0 {
+			continue
+		}
+		v := a.seqs[i].db()
+		r.Sequences[i] = v
+		if r.WorstSeqIdx < 0 || v < r.WorstSeq {
+			r.WorstSeq, r.WorstSeqIdx = v, i
+		}
+	}
+	return r
+}
+
+func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, sequences, threads int) (SimResult, error) {
 	s, err := ortrun.OpenSession(path, ortrun.SessionOptions{Threads: threads, Optimize: SimOptimize})
 	if err != nil {
 		return SimResult{}, err
@@ -87,7 +143,8 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, threads in
 	if e.Kind == onnxgraph.KindHead {
 		want = "logits"
 	}
-	var main, delta posSNR
+	var main seqSNR
+	var delta posSNR
 	top1 := 0
 	// A prefill graph's sample is a chunk of rows, one position each: each
 	// is scored on its own, as the decode step's positions are.
@@ -98,12 +155,12 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, threads in
 	err = held(func(sm Sample) error {
 		got, err := s.Run(sm.Feeds)
 		if err != nil {
-			return fmt.Errorf("position %d: %w", sm.Pos, err)
+			return fmt.Errorf("held-out sample %d, position %d: %w", sm.Seq, sm.Pos, err)
 		}
 		ref, y := sm.Want[want], got[want].Floats()
 		w := len(ref) / rows
 		for r := range rows {
-			main.add(sm.Pos+r, quant.Compare(ref[r*w:(r+1)*w], y[r*w:(r+1)*w]))
+			main.add(sm.Seq, sm.Pos+r, quant.Compare(ref[r*w:(r+1)*w], y[r*w:(r+1)*w]))
 		}
 		if in, ok := sm.Feeds["hidden_in"]; ok && want == "hidden_out" {
 			dr, dy := make([]float32, len(ref)), make([]float32, len(ref))
@@ -122,16 +179,19 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, threads in
 	if err != nil {
 		return SimResult{}, err
 	}
-	if main.n == 0 {
-		return SimResult{}, fmt.Errorf("no held-out samples")
+	if main.pooled.n == 0 {
+		return SimResult{}, fmt.Errorf("no held-out positions")
 	}
-	r := SimResult{SNR: main.db(), Worst: float64(-10 * math.Log10(main.worst)), WorstPos: main.worstPos}
+	if len(main.seqs) > sequences {
+		return SimResult{}, fmt.Errorf("held-out sample %d of %d", len(main.seqs)-1, sequences)
+	}
+	r := main.result(sequences)
 	if e.Kind == onnxgraph.KindLayer || e.Kind == onnxgraph.KindBlock {
 		d := delta.db()
 		r.Delta = &d
 	}
 	if want == "logits" {
-		t := float64(top1) / float64(main.n)
+		t := float64(top1) / float64(main.pooled.n)
 		r.Top1 = &t
 	}
 	return r, nil

@@ -19,7 +19,9 @@ the exact-GELU pattern, RMSNorm that is not Pow -> ReduceMean(last axis) -> Add(
 -> Sqrt -> Div -> Mul(weight), Softmax off the last axis, IsNaN/Where guards,
 Reshape allowzero=1, rank-0 axes, dynamic shapes, boolean masks, explicit
 max/exp/sum/div softmax, broadcast Mul+ReduceSum, MatMul with mismatched batch
-dims, ir_version above 11, opset above 23.
+dims, ir_version above 11, opset above 23, and a graph whose weights pass
+2 GiB (HTP's limit per context binary; counted from each initializer's dtype
+and dims, external data included, docs/qnn.md#htps-weight-limit).
 Each finding names its rule, the node and how to fix it. The exit status is 1
 when any finding is an error (warnings alone exit 0); --json prints
 {file, errors, warnings, findings[]} on stdout.

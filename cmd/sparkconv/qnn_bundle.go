@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,11 +50,27 @@ quantizer saturates it, and exp(-50) still hides the slot.
 text the calibration never saw goes past the observed ranges.
 
 Each QDQ graph then runs in ONNX Runtime against the float32 reference on
-held-out text (--held-out-samples, default the built-in held-out text),
-at every position 0..--held-out-1: SNR of hidden_out and of the residual
-delta, each position weighted equally, the worst position, the head's
-top-1 agreement. A bundle whose worst layer scores below 20 dB (w8a8
-typically) is refused unless --force (which also replaces an existing OUT).`,
+held-out text (--held-out-samples, repeatable, default the built-in
+held-out text), each sample traced as a sequence of its own from position
+0 (a new conversation) over its first --held-out tokens and scored at
+--held-out-positions of them (default 32: 0, 1, 2, ... dense at the start,
+then spread to the last). bundle.json says per graph:
+
+  snr_db                 SNR of hidden_out (the head: logits), each position of
+                         every sequence weighted equally (pooled)
+  snr_delta_db           the same for the residual delta hidden_out - hidden_in
+  snr_sequences_db       each held-out sequence's SNR over its own positions
+  snr_worst_sequence_db  the lowest of them, of sequence worst_sequence_sample
+                         (an index into calibration.held_out_sequences)
+  snr_worst_db           the worst single position: worst_position of
+                         sequence worst_position_sample
+  top1_agree             the head's share of positions with the same arg-max
+
+and calibration.held_out_files / held_out_sequences name the texts read
+(source, sha256) and each sequence (source, sample, tokens, positions).
+A bundle in which any layer scores below 20 dB on its worst held-out
+sequence (w8a8 typically) is refused unless --force (which also replaces an
+existing OUT): the error names the layer, the sequence and the dB.`,
 		Example: `  sparkconv qnn-bundle --model /tmp/spark-tiny --export /tmp/spark-tiny-onnx --out /tmp/spark-tiny-qnn
   sparkconv qnn-bundle --model DIR --export ONNX --out QNN --precision w16a16 --samples corpus.txt --json`,
 		Args: cobra.NoArgs,
@@ -66,8 +84,9 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
 	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
-	fl.IntVar(&f.HeldOut, "held-out", 0, "held-out positions for the simulation: every position 0..N-1 of the held-out text (0: 256, or the export's context where it is shorter)")
-	fl.StringVar(&f.HeldOutSamples, "held-out-samples", "", "held-out text the simulation scores (as --samples); default: the built-in held-out text, disjoint from the calibration corpus")
+	fl.IntVar(&f.HeldOut, "held-out", 0, "held-out window per sequence: the first N tokens of each held-out sample are traced, fewer where the sample is shorter (0: 256, or the export's context where it is shorter)")
+	fl.IntVar(&f.HeldOutPositions, "held-out-positions", qnnbundle.DefaultHeldOutPositions, "positions of each held-out window the simulation scores: 0, 1, 2, ... then spaced evenly in log(1+p) to the window's last (every position when it is at least the window)")
+	fl.StringArrayVar(&f.HeldOutSamples, "held-out-samples", nil, "held-out text the simulation scores, each sample its own sequence (samples separated by lines holding ---, or .jsonl); repeatable; default: the built-in held-out text, disjoint from the calibration corpus")
 	fl.Float64Var(&f.Headroom, "headroom", qnn.Headroom, "factor widening each 16-bit activation's observed range (1: min/max as observed)")
 	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
 	fl.StringVar(&f.ORTLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
@@ -83,6 +102,7 @@ typically) is refused unless --force (which also replaces an existing OUT).`,
 	intIn(cmd, "positions", 1, 4096)
 	intIn(cmd, "observe", 0, 1<<20)
 	intIn(cmd, "held-out", 0, 4096)
+	intIn(cmd, "held-out-positions", 1, 4096)
 	intIn(cmd, "threads", 0, 1024)
 	floatIn(cmd, "mask-clip", -1e6, -1e-9)
 	floatIn(cmd, "headroom", 1, 16)
@@ -109,11 +129,16 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	if lib, err := ortrun.FindORTLib(o.ORTLib); err == nil {
 		o.ORTLib = lib
 	}
-	if err := outdir.CheckDisjoint(o.Out, o.Model, o.Export, o.Samples, o.HeldOutSamples, o.ORTLib); err != nil {
+	if err := outdir.CheckDisjoint(o.Out, append([]string{o.Model, o.Export, o.Samples, o.ORTLib}, o.HeldOutSamples...)...); err != nil {
 		return err
 	}
-	if o.Samples != "" {
-		warnSameText(cmd, "--held-out-samples", o.HeldOutSamples, []string{o.Samples})
+	for _, h := range o.HeldOutSamples {
+		if _, err := os.Stat(h); err != nil {
+			return fmt.Errorf("--held-out-samples %s: %w", h, err)
+		}
+		if o.Samples != "" {
+			warnSameText(cmd, "--held-out-samples", h, []string{o.Samples})
+		}
 	}
 	b, err := qnnbundle.Build(cmd.Context(), o)
 	if errors.Is(err, qnnbundle.ErrRefused) {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"sparkconv/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/qnn"
 	"sparkconv/qnnbundle"
@@ -38,8 +41,14 @@ func TestQNNBundleCommand(t *testing.T) {
 			t.Fatalf("%s: bundle.json %+v", prec, b)
 		}
 		onDisk, _ := os.ReadFile(filepath.Join(out, qnnbundle.BundleFile))
-		if !strings.Contains(string(onDisk), `"snr_db"`) {
-			t.Errorf("%s: bundle.json lacks snr_db", prec)
+		for _, key := range []string{`"snr_db"`, `"snr_worst_sequence_db"`, `"worst_sequence_sample"`, `"worst_position_sample"`, `"held_out_sequences"`} {
+			if !strings.Contains(string(onDisk), key) {
+				t.Errorf("%s: bundle.json lacks %s", prec, key)
+			}
+		}
+		// The built-in held-out text: every sample a sequence.
+		if n := strings.Count(corpus.HeldOut, "\n---\n") + 1; len(b.Calibration.HeldOutSequences) != n || len(b.Graphs["layer_00"].SNRSequences) != n {
+			t.Errorf("%s: %d held-out sequences, layer_00 has %d SNRs; want %d", prec, len(b.Calibration.HeldOutSequences), len(b.Graphs["layer_00"].SNRSequences), n)
 		}
 		snr[prec] = map[string]float64{}
 		for name, g := range b.Graphs {
@@ -97,8 +106,74 @@ func TestQNNBundleCommand(t *testing.T) {
 	case code != 0:
 		t.Errorf("w8a8 above the bar, yet exit %d\n%s", code, stderr)
 	}
+	// --held-out-samples, repeatable: each file's samples are sequences, in
+	// order; a missing file is named before any work.
+	a, jl := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.jsonl")
+	parts := strings.SplitN(corpus.HeldOut, "\n---\n", 3)
+	os.WriteFile(a, []byte(parts[0]+"\n---\n"+parts[1]), 0o644)
+	os.WriteFile(jl, []byte(`{"text": "[{\"role\": \"tool\", \"content\": \"{\\\"ok\\\": true, \\\"n\\\": 42}\"}]"}`+"\n"), 0o644)
+	stdout = mustRun(t, "qnn-bundle", "--model", model, "--export", export, "--out", filepath.Join(dir, "held"),
+		"--positions", "4", "--observe", "32", "--held-out", "4", "--threads", "1", "--json", "--held-out-samples", a, "--held-out-samples", jl)
+	var hb qnnbundle.Bundle
+	if err := json.Unmarshal([]byte(stdout), &hb); err != nil {
+		t.Fatal(err)
+	}
+	if f, s := hb.Calibration.HeldOutFiles, hb.Calibration.HeldOutSequences; len(f) != 2 || f[0].Source != a || f[1].Source != jl || len(f[0].SHA256) != 64 ||
+		len(s) != 3 || s[1].Source != a || s[1].Sample != 2 || s[2].Source != jl {
+		t.Errorf("--held-out-samples twice: files %+v, sequences %+v", f, s)
+	}
+	// Text unlike the calibration's (zeros, numbers, CJK, nested JSON, one
+	// repeated word) beside three built-in samples, with the ranges as
+	// observed (--headroom 1): every layer's pooled SNR passes the bar and
+	// one sequence of a layer does not, so the bundle is refused by that
+	// sequence, and written with --force saying why.
+	var nums []string
+	for i := range 80 {
+		nums = append(nums, strconv.Itoa(i*7919*104729%1000000007))
+	}
+	builtin := strings.SplitN(corpus.HeldOut, "\n---\n", 4)[:3]
+	odd := filepath.Join(dir, "odd.txt")
+	os.WriteFile(odd, []byte(strings.Join(append(builtin, strings.Repeat("0", 400), strings.Join(nums, " "),
+		strings.Repeat("東京都の天気は晴れです。明日は雨が降るでしょう。", 10), strings.Repeat(`{"a":`, 60),
+		strings.Repeat("zzzzzzzzzzzzzzzzzzzzzzzzzz ", 40)), "\n---\n")+"\n"), 0o644)
+	oddArgs := []string{"qnn-bundle", "--model", model, "--export", export, "--precision", "w8a16", "--headroom", "1",
+		"--positions", "4", "--observe", "32", "--held-out", "64", "--held-out-positions", "64", "--threads", "1", "--held-out-samples", odd}
+	stdout = mustRun(t, append(oddArgs, "--out", filepath.Join(dir, "odd"), "--force", "--json")...)
+	var ob qnnbundle.Bundle
+	if err := json.Unmarshal([]byte(stdout), &ob); err != nil {
+		t.Fatal(err)
+	}
+	failing := ""
+	for _, name := range ob.GraphOrder {
+		g := ob.Graphs[name]
+		if !strings.HasPrefix(name, "layer_") {
+			continue
+		}
+		if *g.SNR < qnnbundle.BarDB {
+			t.Errorf("%s: pooled %.2f dB, below the bar: the case no longer separates the pooled SNR from the worst sequence", name, *g.SNR)
+		}
+		if *g.SNRWorstSeq < qnnbundle.BarDB && failing == "" {
+			failing = fmt.Sprintf("on %s in held-out sequence %d (%s sample %d)", name, g.WorstSeq, odd, g.WorstSeq+1)
+		}
+		t.Logf("odd text, %s: pooled %.2f dB, worst sequence %.2f dB (%d), worst position %.2f dB (%d of %d)", name, *g.SNR, *g.SNRWorstSeq, g.WorstSeq, *g.SNRWorst, g.WorstPos, g.WorstPosSeq)
+	}
+	if failing == "" || !ob.Forced || !strings.Contains(ob.ForcedBecause, failing) {
+		t.Errorf("odd text: failing %q, forced %v: %s", failing, ob.Forced, ob.ForcedBecause)
+	}
+	if _, stderr, code := run(t, append(oddArgs, "--out", filepath.Join(dir, "odd-refused"))...); code != 1 ||
+		!strings.Contains(stderr, "refused: w8a16 simulates at") || !strings.Contains(stderr, failing) || !strings.Contains(stderr, "pooled over the 8 held-out sequences") {
+		t.Errorf("odd text without --force: exit %d\n%s", code, stderr)
+	} else if _, err := os.Stat(filepath.Join(dir, "odd-refused")); err == nil {
+		t.Error("a refused bundle left its folder")
+	}
+
+	missing := filepath.Join(dir, "missing.txt")
+	if _, stderr, code := run(t, "qnn-bundle", "--model", model, "--export", export, "--out", filepath.Join(dir, "y"),
+		"--held-out-samples", a, "--held-out-samples", missing); code != 1 || !strings.Contains(stderr, missing) {
+		t.Errorf("a missing --held-out-samples file: exit %d\n%s", code, stderr)
+	}
 	for _, args := range [][]string{
-		{"--precision", "w4a16"}, {"--positions", "0"}, {"--mask-clip", "0"}, {"--held-out", "-1"},
+		{"--precision", "w4a16"}, {"--positions", "0"}, {"--mask-clip", "0"}, {"--held-out", "-1"}, {"--held-out-samples", ""},
 	} {
 		a := append([]string{"qnn-bundle", "--model", model, "--export", export, "--out", filepath.Join(dir, "x")}, args...)
 		if _, _, code := run(t, a...); code != 2 {

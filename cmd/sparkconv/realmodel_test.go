@@ -214,18 +214,31 @@ func checkGPTQBeatsRTN(t *testing.T, out string) {
 
 // realQNNFloor is each graph's simulated SNR (dB) of the w8a16 bundle of
 // the rotated real model (rotate's defaults: randomized Hadamard, down_proj
-// smoothing at alpha 0.3) at qnn-bundle's defaults (headroom 2; every
-// position 0..255 of eval's built-in held-out text, each position weighted
-// equally), measured here (ONNX Runtime 1.30, this host); the test allows
-// 3 dB less, and every layer must reach realQNNBar.
+// smoothing at alpha 0.3) at qnn-bundle's defaults (headroom 2; each of the
+// 10 samples of eval's built-in held-out text its own sequence, traced
+// over its first 256 tokens and scored at 32 positions of them, each
+// position weighted equally), pooled over the sequences, and
+// realQNNSeqFloor the SNR of each graph's worst sequence, measured here
+// (ONNX Runtime 1.30, avx512 family, 2026-12-06); the test allows 3 dB
+// less, and every layer must reach realQNNBar pooled.
 var realQNNFloor = map[string]float64{
-	"embed": 33.4, "head": 41.7,
-	"layer_00": 42.3, "layer_01": 44.8, "layer_02": 43.7, "layer_03": 46.1, "layer_04": 46.0,
-	"layer_05": 44.0, "layer_06": 46.3, "layer_07": 46.3, "layer_08": 46.3, "layer_09": 45.4,
-	"layer_10": 45.4, "layer_11": 38.1, "layer_12": 41.2, "layer_13": 40.6, "layer_14": 41.8,
-	"layer_15": 40.7, "layer_16": 43.2, "layer_17": 43.5, "layer_18": 43.4, "layer_19": 40.9,
-	"layer_20": 43.1, "layer_21": 44.3, "layer_22": 44.1, "layer_23": 46.0, "layer_24": 39.5,
-	"layer_25": 48.1, "layer_26": 47.8, "layer_27": 47.5, "layer_28": 45.2, "layer_29": 43.6,
+	"embed": 33.5, "head": 43.3,
+	"layer_00": 42.1, "layer_01": 31.8, "layer_02": 37.8, "layer_03": 46.1, "layer_04": 46.1,
+	"layer_05": 44.5, "layer_06": 46.3, "layer_07": 46.4, "layer_08": 46.4, "layer_09": 45.4,
+	"layer_10": 33.5, "layer_11": 38.5, "layer_12": 41.8, "layer_13": 41.8, "layer_14": 42.5,
+	"layer_15": 41.2, "layer_16": 40.2, "layer_17": 43.9, "layer_18": 43.8, "layer_19": 43.9,
+	"layer_20": 43.8, "layer_21": 43.5, "layer_22": 44.3, "layer_23": 45.5, "layer_24": 45.6,
+	"layer_25": 47.0, "layer_26": 47.1, "layer_27": 47.1, "layer_28": 44.4, "layer_29": 43.0,
+}
+
+var realQNNSeqFloor = map[string]float64{
+	"embed": 33.0, "head": 41.1,
+	"layer_00": 41.4, "layer_01": 25.8, "layer_02": 31.1, "layer_03": 44.6, "layer_04": 44.8,
+	"layer_05": 38.8, "layer_06": 45.6, "layer_07": 45.8, "layer_08": 45.8, "layer_09": 44.7,
+	"layer_10": 23.7, "layer_11": 38.1, "layer_12": 41.2, "layer_13": 39.5, "layer_14": 41.8,
+	"layer_15": 35.4, "layer_16": 32.4, "layer_17": 43.2, "layer_18": 43.4, "layer_19": 43.3,
+	"layer_20": 43.1, "layer_21": 37.6, "layer_22": 40.2, "layer_23": 44.9, "layer_24": 44.0,
+	"layer_25": 44.9, "layer_26": 45.4, "layer_27": 46.0, "layer_28": 42.7, "layer_29": 42.1,
 }
 
 // realQNNBar is the issue's bar: every layer of the w8a16 bundle at 30 dB
@@ -234,8 +247,11 @@ const realQNNBar = 30.0
 
 // TestRealModelQNNBundle: the w8a16 bundle of the rotated real model's
 // export, simulated in ONNX Runtime on held-out text: every graph's SNR
-// against float no more than 3 dB under what it measured here, every layer
-// at 30 dB or more, and the head's top-1 kept on at least 98 % of the positions.
+// against float, pooled and on its worst held-out sequence, no more than 3
+// dB under what it measured here (and so no layer under qnn-bundle's 20 dB
+// bar on any sequence: the bundle is written without --force), every layer
+// at 30 dB or more pooled, and the head's top-1 kept on at least 98 % of
+// the positions.
 func TestRealModelQNNBundle(t *testing.T) {
 	m := realModel(t)
 	requireORT(t)
@@ -247,8 +263,10 @@ func TestRealModelQNNBundle(t *testing.T) {
 	mustRun(t, "qnn-bundle", "--model", rot, "--export", exp, "--out", bundle, "--precision", "w8a16")
 	var b struct {
 		Graphs map[string]struct {
-			SNR  float64  `json:"snr_db"`
-			Top1 *float64 `json:"top1_agree"`
+			SNR    float64  `json:"snr_db"`
+			SeqSNR float64  `json:"snr_worst_sequence_db"`
+			Seq    int      `json:"worst_sequence_sample"`
+			Top1   *float64 `json:"top1_agree"`
 		} `json:"graphs"`
 	}
 	readJSONFile(t, filepath.Join(bundle, "bundle.json"), &b)
@@ -263,15 +281,19 @@ func TestRealModelQNNBundle(t *testing.T) {
 	for _, n := range names {
 		g := b.Graphs[n]
 		floor, ok := realQNNFloor[n]
-		t.Logf("%s simulated %.1f dB (measured %.1f)", n, g.SNR, floor)
+		seqFloor, seqOK := realQNNSeqFloor[n]
+		t.Logf("%s simulated %.1f dB pooled, %.1f on its worst sequence (%d) (measured %.1f, %.1f)", n, g.SNR, g.SeqSNR, g.Seq, floor, seqFloor)
 		if !ok || g.SNR < floor-3 {
 			t.Errorf("%s: simulated SNR %.1f dB, below the floor %.1f - 3 dB measured here", n, g.SNR, floor)
+		}
+		if !seqOK || g.SeqSNR < seqFloor-3 {
+			t.Errorf("%s: simulated SNR %.1f dB on its worst held-out sequence, below the floor %.1f - 3 dB measured here", n, g.SeqSNR, seqFloor)
 		}
 		if strings.HasPrefix(n, "layer_") && g.SNR < realQNNBar {
 			t.Errorf("%s: simulated SNR %.1f dB, under the %.0f dB every layer must reach", n, g.SNR, realQNNBar)
 		}
 	}
 	if h := b.Graphs["head"]; h.Top1 == nil || *h.Top1 < 0.98 {
-		t.Errorf("head top-1 agreement %v, want at least 0.98 (measured 1.0)", h.Top1)
+		t.Errorf("head top-1 agreement %v, want at least 0.98 (measured 0.994)", h.Top1)
 	}
 }
