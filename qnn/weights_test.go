@@ -165,7 +165,7 @@ func specGraph(dt onnxpb.TensorProto_DataType, specs ...[]spark.TensorSpec) *onn
 	return b.m
 }
 
-// fullConfig is the real Spark-X2.5 shape (fixtures' full preset) as a
+// fullConfig is the real Spark-X2.5 shape (synthetic's full preset) as a
 // parsed config.
 func fullConfig(t *testing.T) *spark.Config {
 	s := synthetic.Presets["full"]
