@@ -251,6 +251,12 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 				return 0, "", err
 			}
 			ro.Tie = PrefillTies(dec, *j.dec, e)
+			if o.Precision.Search {
+				ro.Params = map[string]qnn.Encoding{}
+				for _, p := range dec.Params {
+					ro.Params[p.Name] = p
+				}
+			}
 		}
 		res, qe, err := BundleGraph(o.Export, dir, trace, e, j.pos, o.Precision, ro)
 		if err != nil {
