@@ -301,6 +301,7 @@ type Bundle struct {
 	Format        string                  `json:"format"`
 	Version       int                     `json:"version"`
 	Precision     string                  `json:"precision"`
+	Recipe        *BundleRecipe           `json:"recipe,omitempty"`
 	WeightBits    int                     `json:"weight_bits"`
 	ActBits       int                     `json:"activation_bits"`
 	EncodingsVer  string                  `json:"encodings_version"`

@@ -131,6 +131,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	}
 	b.Format, b.Version, b.Precision = "sparkconv-qnn-bundle", 1, o.Precision.Name
 	b.WeightBits, b.ActBits, b.EncodingsVer = o.Precision.WeightBits, o.Precision.ActBits, qnn.EncodingsVersion
+	b.Recipe = RecipeOf(o.Precision)
 	b.Graphs = map[string]*GraphResult{}
 	b.Export = BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity}
 	b.Calibration.Observed, b.Calibration.Kernels = pos.Observe, kernels.Family()
@@ -323,6 +324,9 @@ func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote
 		}
 		if r.Top1 != nil {
 			line += fmt.Sprintf(", top-1 %.0f%%", 100**r.Top1)
+		}
+		if r.Search != nil {
+			line += fmt.Sprintf(", weights searched %+.1f dB", r.Search.GainDB)
 		}
 		fmt.Fprintln(w, line)
 	}

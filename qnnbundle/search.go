@@ -30,6 +30,34 @@ type WeightSearch struct {
 	GainDB float64 `json:"error_gain_db"`
 }
 
+// BundleRecipe is bundle.json's record of a mixed recipe (w4a16): what
+// the precision keeps at other widths and how its weights' grids were
+// chosen.
+type BundleRecipe struct {
+	HeadBits       int    `json:"head_weight_bits"`
+	KVBits         int    `json:"kv_cache_bits"`
+	KVGrid         string `json:"kv_cache_grid"`
+	EmbedBits      int    `json:"embedding_bits"`
+	OtherParamBits int    `json:"other_param_bits"`
+	WeightGrid     string `json:"weight_grid"`
+}
+
+// RecipeOf is prec's BundleRecipe, or nil for a precision without mixed
+// widths or a search (w8a16, w16a16, w8a8).
+func RecipeOf(prec qnn.Precision) *BundleRecipe {
+	if prec.HeadBits == 0 && prec.KVBits == 0 && prec.EmbedBits == 0 && !prec.Search {
+		return nil
+	}
+	r := &BundleRecipe{HeadBits: prec.HeadBits, KVBits: prec.KVBits, EmbedBits: prec.EmbedBits, OtherParamBits: max(prec.WeightBits, 8),
+		KVGrid:     "symmetric, per tensor, shared by each KV input, its output and every tensor tied to them; the observed range, no headroom",
+		WeightGrid: fmt.Sprintf("%d-bit symmetric per output channel from each channel's absolute maximum", prec.WeightBits)}
+	if prec.Search {
+		r.WeightGrid = fmt.Sprintf("%d-bit symmetric per output channel, scale c absmax / %d with c in 0.50..1.00 minimising (w - w_q)^T H (w - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions (SeqMSE's per-channel search)",
+			prec.WeightBits, 1<<(prec.WeightBits-1)-1)
+	}
+	return r
+}
+
 // weightSearch accumulates the H of every weight prec searches in one
 // graph.
 type weightSearch struct {
