@@ -98,3 +98,22 @@ func TestSearchScalesDegenerate(t *testing.T) {
 		t.Errorf("errors %g, %g with H = 0", r.Err, r.AbsmaxErr)
 	}
 }
+
+// BenchmarkSearchScales is one down_proj of SmolLM2-135M (K 1536, N 576),
+// the widest MatMul input of the real model's layers.
+func BenchmarkSearchScales(b *testing.B) {
+	const k, n = 1536, 576
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := make([]float32, k*n)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	h := make([]float64, k*k)
+	for i := range k {
+		h[i*k+i] = 1 + rng.Float64()
+	}
+	b.ResetTimer()
+	for range b.N {
+		SearchScales(w, k, n, h, 4)
+	}
+}
