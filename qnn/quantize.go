@@ -9,8 +9,8 @@ import (
 )
 
 // Precision is a QNN quantization recipe: weight and activation bit widths,
-// and the tensors a mixed recipe keeps at other widths (Precision.ParamBits,
-// EncodingPlan.KVGroup).
+// and the tensors a mixed recipe keeps at other widths
+// (EncodingPlan.ParamBits, EncodingPlan.KVGroups).
 type Precision struct {
 	Name                string
 	WeightBits, ActBits int
@@ -354,6 +354,10 @@ func ParamAbsMax(data []float32, dims []int64, axis int) []float64 {
 // value past the range saturates; a 16-bit grid has the resolution to
 // spare (h = 2 costs 6 dB of a grid whose own SNR is about 90 dB). 8-bit
 // grids keep the observed range: they have no resolution to spare.
+//
+// Each parameter gets ParamBits' width; with prec.KVBits the KV cache's
+// groups (KVGroups) get symmetric KVBits grids over their observed
+// absolute maximum.
 func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax map[string][]float64, headroom float64) (*Encodings, error) {
 	f := &Encodings{Version: EncodingsVersion, Activations: []Encoding{}, Params: []Encoding{}, ExcludedLayers: []string{},
 		QuantizerArgs: &QuantizerArgs{ActivationBitwidth: prec.ActBits, DType: "int", IsSymmetric: false,
