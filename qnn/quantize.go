@@ -8,15 +8,34 @@ import (
 	"sparkconv/onnxpb"
 )
 
-// Precision is a QNN quantization recipe: weight and activation bit widths.
+// Precision is a QNN quantization recipe: weight and activation bit widths,
+// and the tensors a mixed recipe keeps at other widths
+// (EncodingPlan.ParamBits, EncodingPlan.KVGroups).
 type Precision struct {
 	Name                string
 	WeightBits, ActBits int
+	// HeadBits are the bits of the head's weights (the MatMul that writes
+	// the logits), KVBits those of the KV cache's tie groups (symmetric
+	// grids), EmbedBits those of the embedding table; 0: WeightBits, ActBits
+	// and WeightBits.
+	HeadBits, KVBits, EmbedBits int
+	// Search chooses each MatMul weight's per-channel scales by the
+	// calibration activations' output error (SearchScales) instead of the
+	// channel's absolute maximum.
+	Search bool
 }
 
 // Precisions are the recipes qnn-bundle writes (qai-hub-models' Precision
-// names, docs/qnn.md#the-way-to-the-phone).
-var Precisions = []Precision{{"w8a16", 8, 16}, {"w16a16", 16, 16}, {"w8a8", 8, 8}}
+// names, docs/qnn.md#the-way-to-the-phone). w4a16 is qai-hub-models' LLM
+// recipe: 4-bit weights per output channel, 16-bit activations, the head's
+// weights and the KV cache at 8 bits, the embedding table at 16
+// (docs/qnn.md#w4a16).
+var Precisions = []Precision{
+	{Name: "w8a16", WeightBits: 8, ActBits: 16},
+	{Name: "w16a16", WeightBits: 16, ActBits: 16},
+	{Name: "w8a8", WeightBits: 8, ActBits: 8},
+	{Name: "w4a16", WeightBits: 4, ActBits: 16, HeadBits: 8, KVBits: 8, EmbedBits: 16, Search: true},
+}
 
 // ParsePrecision returns the named recipe.
 func ParsePrecision(s string) (Precision, error) {
@@ -74,12 +93,15 @@ type EncodingPlan struct {
 	// bounded are the tensors whose range is fixed by what computes them
 	// (Softmax and Sigmoid outputs, the rope tables): no headroom.
 	bounded map[string]bool
+	// head are the MatMul weights whose product is a graph output (the
+	// head's logits).
+	head map[string]bool
 }
 
 // NewEncodingPlan plans a graph's encodings.
 func NewEncodingPlan(m *onnxpb.ModelProto) *EncodingPlan {
 	x := newGraphIndex(m.GetGraph(), defaultOpset(m))
-	p := &EncodingPlan{GatherOf: map[string]string{}, group: map[string]string{}, interior: map[string]*Pattern{}, bounded: map[string]bool{}}
+	p := &EncodingPlan{GatherOf: map[string]string{}, group: map[string]string{}, interior: map[string]*Pattern{}, bounded: map[string]bool{}, head: map[string]bool{}}
 	p.Patterns = x.fusablePatterns()
 	patternConst := map[string]bool{}
 	for i := range p.Patterns {
@@ -122,6 +144,9 @@ func NewEncodingPlan(m *onnxpb.ModelProto) *EncodingPlan {
 			axis := -1
 			if isOp(n, "MatMul") && slot == 1 && len(t.Dims) == 2 {
 				axis = 1
+				if x.graphOut[output(n, 0)] {
+					p.head[in] = true
+				}
 			}
 			if old, dup := params[in]; !dup {
 				order = append(order, in)
@@ -329,17 +354,22 @@ func ParamAbsMax(data []float32, dims []int64, axis int) []float64 {
 // value past the range saturates; a 16-bit grid has the resolution to
 // spare (h = 2 costs 6 dB of a grid whose own SNR is about 90 dB). 8-bit
 // grids keep the observed range: they have no resolution to spare.
+//
+// Each parameter gets ParamBits' width; with prec.KVBits the KV cache's
+// groups (KVGroups) get symmetric KVBits grids over their observed
+// absolute maximum.
 func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax map[string][]float64, headroom float64) (*Encodings, error) {
 	f := &Encodings{Version: EncodingsVersion, Activations: []Encoding{}, Params: []Encoding{}, ExcludedLayers: []string{},
 		QuantizerArgs: &QuantizerArgs{ActivationBitwidth: prec.ActBits, DType: "int", IsSymmetric: false,
 			ParamBitwidth: prec.WeightBits, PerChannel: true, QuantScheme: "min_max"}}
 	paramEnc := map[string]Encoding{}
+	kv := p.kvGroups(prec)
 	for _, pr := range p.Params {
 		am, ok := absmax[pr.Name]
 		if !ok {
 			return nil, fmt.Errorf("parameter %s: no values", pr.Name)
 		}
-		e := SymmetricEncoding(pr.Name, prec.WeightBits, am)
+		e := SymmetricEncoding(pr.Name, p.ParamBits(prec, pr), am)
 		paramEnc[pr.Name] = e
 		f.Params = append(f.Params, e)
 	}
@@ -366,6 +396,9 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 		for a := range p.bounded {
 			keep[p.find(a)] = true
 		}
+		for g := range kv {
+			keep[g] = true // an 8-bit grid has no resolution to spare
+		}
 		for g, rng := range group {
 			if !keep[g] {
 				group[g] = [2]float64{headroom * rng[0], headroom * rng[1]}
@@ -384,6 +417,10 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 		rng := group[p.find(a)]
 		if math.IsInf(rng[0], 0) || math.IsInf(rng[1], 0) || math.IsNaN(rng[0]) || math.IsNaN(rng[1]) {
 			return nil, fmt.Errorf("activation %s: range [%v, %v] is not finite", a, rng[0], rng[1])
+		}
+		if kv[p.find(a)] {
+			f.Activations = append(f.Activations, SymmetricEncoding(a, prec.KVBits, []float64{math.Max(-rng[0], rng[1])}))
+			continue
 		}
 		f.Activations = append(f.Activations, AsymmetricEncoding(a, prec.ActBits, rng[0], rng[1]))
 	}

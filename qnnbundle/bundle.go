@@ -68,6 +68,8 @@ type GraphResult struct {
 	// Tied counts the activation encodings taken from the decode graph
 	// (prefill graphs only).
 	Tied int `json:"tied_encodings,omitempty"`
+	// Search is the weight search's record (precisions with Search).
+	Search *WeightSearch `json:"weight_search,omitempty"`
 }
 
 // Positions are the stream positions a bundle uses: Observe set the
@@ -91,6 +93,10 @@ type RangeOptions struct {
 	// tensors the two share (PrefillTies): they and every tensor tied to
 	// them take those encodings as they are.
 	Tie map[string]qnn.Encoding
+	// Params, for a prefill graph of a precision with Search, holds the
+	// decode graph's parameter encodings, which its weights take as they
+	// are (no search of its own).
+	Params map[string]qnn.Encoding
 }
 
 // BundleGraph calibrates one graph of the export in dir on the trace and
@@ -116,7 +122,12 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	}
 	tieRanges(fixed, opt.Tie)
 	ranges := qnn.Ranges{}
-	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
+	var taps []func(string, onnxeval.Value)
+	search := newWeightSearch(m, plan, prec, g)
+	if search != nil && opt.Params == nil {
+		taps = append(taps, search.tap)
+	}
+	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges, taps...) }); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	absmax := map[string][]float64{}
@@ -128,18 +139,25 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		}
 		absmax[p.Name] = qnn.ParamAbsMax(v.F, dims, p.Axis)
 	}
+	var searched *WeightSearch
+	if opt.Params == nil {
+		if searched, err = search.apply(g, prec.WeightBits, absmax); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		}
+	}
 	g = nil // the interpreter's float32 copy of the weights is done with
 	enc, err := plan.Encodings(prec, ranges, fixed, absmax, opt.Headroom)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	tied := applyTies(enc, plan, opt.Tie)
+	tieParams(enc, opt.Params)
 	calib, err := t.Collect(e, pos.Calib, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	res := &GraphResult{Name: e.Name, Dir: e.Name + ".aimet", Samples: len(calib), Observed: len(pos.Observe), Held: len(pos.Held),
-		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns), Tied: tied}
+		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns), Tied: tied, Search: searched}
 	if err := res.write(out, src, externalFile(dir, e), e, enc, calib); err != nil {
 		return nil, nil, err
 	}
@@ -157,8 +175,9 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 }
 
 // observe runs the graph on one sample and widens the range of every
-// activation of the plan, the mask clamped to its fixed range.
-func observe(g *onnxeval.Graph, plan *qnn.EncodingPlan, s Sample, fixed, r qnn.Ranges) error {
+// activation of the plan, the mask clamped to its fixed range, and hands
+// every value to taps.
+func observe(g *onnxeval.Graph, plan *qnn.EncodingPlan, s Sample, fixed, r qnn.Ranges, taps ...func(string, onnxeval.Value)) error {
 	want := plan.ActSet()
 	ins := map[string]onnxeval.Value{}
 	for name, t := range s.Feeds {
@@ -175,6 +194,9 @@ func observe(g *onnxeval.Graph, plan *qnn.EncodingPlan, s Sample, fixed, r qnn.R
 	if _, err := g.Run(ins, func(name string, v onnxeval.Value) {
 		if want[name] && v.F != nil {
 			r.Observe(name, v.F)
+		}
+		for _, tap := range taps {
+			tap(name, v)
 		}
 	}); err != nil {
 		return fmt.Errorf("position %d: %w", s.Pos, err)
@@ -292,6 +314,7 @@ type Bundle struct {
 	Format        string                  `json:"format"`
 	Version       int                     `json:"version"`
 	Precision     string                  `json:"precision"`
+	Recipe        *BundleRecipe           `json:"recipe,omitempty"`
 	WeightBits    int                     `json:"weight_bits"`
 	ActBits       int                     `json:"activation_bits"`
 	EncodingsVer  string                  `json:"encodings_version"`

@@ -186,19 +186,19 @@ func quantizeParam(t *onnxpb.TensorProto, e qnn.Encoding, axis int) (q, scale, z
 	}
 	zp.Dims = zdims
 	switch e.BW {
-	case 8:
+	case 4, 8: // 4-bit codes held in int8, as DequantizeLinear reads them alike
 		q.DataType, zp.DataType = proto.Int32(int32(onnxpb.TensorProto_INT8)), proto.Int32(int32(onnxpb.TensorProto_INT8))
 		q.RawData, zp.RawData = make([]byte, len(w)), make([]byte, cols)
 	case 16:
 		q.DataType, zp.DataType = proto.Int32(int32(onnxpb.TensorProto_INT16)), proto.Int32(int32(onnxpb.TensorProto_INT16))
 		q.RawData, zp.RawData = make([]byte, 2*len(w)), make([]byte, 2*cols)
 	default:
-		return nil, nil, nil, fmt.Errorf("parameter %s: %d-bit grids are not simulated (8 or 16)", name, e.BW)
+		return nil, nil, nil, fmt.Errorf("parameter %s: %d-bit grids are not simulated (4, 8 or 16)", name, e.BW)
 	}
 	for i, v := range w {
 		s := float64(e.Scale[i%cols])
 		iq := math.Max(lo, math.Min(hi, math.RoundToEven(float64(v)/s)))
-		if e.BW == 8 {
+		if e.BW <= 8 {
 			q.RawData[i] = byte(int8(iq))
 		} else {
 			binary.LittleEndian.PutUint16(q.RawData[2*i:], uint16(int16(iq)))

@@ -137,6 +137,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	}
 	b.Format, b.Version, b.Precision = "sparkconv-qnn-bundle", 1, o.Precision.Name
 	b.WeightBits, b.ActBits, b.EncodingsVer = o.Precision.WeightBits, o.Precision.ActBits, qnn.EncodingsVersion
+	b.Recipe = RecipeOf(o.Precision)
 	b.Graphs = map[string]*GraphResult{}
 	b.Export = BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity}
 	b.Calibration.Observed, b.Calibration.Kernels = pos.Observe, kernels.Family()
@@ -251,6 +252,12 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 				return err
 			}
 			ro.Tie = PrefillTies(dec, *j.dec, e)
+			if o.Precision.Search {
+				ro.Params = map[string]qnn.Encoding{}
+				for _, p := range dec.Params {
+					ro.Params[p.Name] = p
+				}
+			}
 		}
 		res, qe, err := BundleGraph(o.Export, dir, trace, e, j.pos, o.Precision, ro)
 		if err != nil {
@@ -321,6 +328,9 @@ func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote
 		}
 		if r.Top1 != nil {
 			line += fmt.Sprintf(", top-1 %.0f%%", 100**r.Top1)
+		}
+		if r.Search != nil {
+			line += fmt.Sprintf(", weights searched %+.1f dB", r.Search.GainDB)
 		}
 		fmt.Fprintln(w, line)
 	}

@@ -45,6 +45,11 @@ The attention mask is encoded over [--mask-clip, 0] (default -50), not
 [mask_value, 0]: the runtime keeps writing mask_value (-1e4), the input
 quantizer saturates it, and exp(-50) still hides the slot.
 
+--precision w4a16 is Qualcomm's LLM recipe: 4-bit weights per output channel,
+each channel's scale chosen by its output error on the observed activations
+(SeqMSE's search), 16-bit activations, the head's weights and the KV cache
+(8-bit symmetric) at 8 bits, the embedding table at 16.
+
 16-bit activation ranges are the observed ones widened --headroom times
 (default 2; not the Softmax/Sigmoid outputs, the rope tables or the mask):
 text the calibration never saw goes past the observed ranges.
@@ -81,7 +86,7 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	fl.StringVar(&f.Export, "export", "", "the export-onnx output folder (float32)")
 	fl.StringVar(&f.Out, "out", "", "output folder")
 	fl.StringVar(&f.Samples, "samples", "", "calibration text (samples separated by lines holding ---, or .jsonl); default: the embedded corpus")
-	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16 or w8a8")
+	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16, w8a8 or w4a16 (4-bit weights searched on the calibration activations; head weights and KV cache at 8 bits)")
 	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
 	fl.IntVar(&f.HeldOut, "held-out", 0, "held-out window per sequence: the first N tokens of each held-out sample are traced, fewer where the sample is shorter (0: 256, or the export's context where it is shorter)")

@@ -20,7 +20,8 @@ import (
 // QDQ graph is there, bundle.json carries a finite simulated SNR per graph,
 // w16a16 beats w8a16 on every layer, the pairs lint clean, a misnamed or
 // in-pattern encoding fails the lint by rule, and w8a8 is refused (exit 1,
-// nothing written) without --force.
+// nothing written) without --force; w4a16 likewise, and with --force its
+// pairs lint clean.
 func TestQNNBundleCommand(t *testing.T) {
 	requireORT(t)
 	model := fixturestest.Tiny(t, false)
@@ -172,8 +173,33 @@ func TestQNNBundleCommand(t *testing.T) {
 		"--held-out-samples", a, "--held-out-samples", missing); code != 1 || !strings.Contains(stderr, missing) {
 		t.Errorf("a missing --held-out-samples file: exit %d\n%s", code, stderr)
 	}
+	// w4a16 on the fixture's random weights simulates below the bar:
+	// refused without --force, and with it every pair lints clean and
+	// bundle.json records the recipe and each layer's weight search.
+	w4 := filepath.Join(dir, "w4a16")
+	_, stderr, code = run(t, "qnn-bundle", "--model", model, "--export", export, "--out", w4, "--precision", "w4a16",
+		"--positions", "4", "--observe", "32", "--held-out", "4", "--threads", "1")
+	if code != 1 || !strings.Contains(stderr, "refused: w4a16 simulates at") {
+		t.Errorf("w4a16 without --force: exit %d\n%s", code, stderr)
+	}
+	stdout = mustRun(t, "qnn-bundle", "--model", model, "--export", export, "--out", w4, "--precision", "w4a16",
+		"--positions", "4", "--observe", "32", "--held-out", "4", "--threads", "1", "--json", "--force")
+	var b4 qnnbundle.Bundle
+	if err := json.Unmarshal([]byte(stdout), &b4); err != nil {
+		t.Fatalf("w4a16: --json: %v\n%s", err, stdout)
+	}
+	if b4.WeightBits != 4 || b4.Recipe == nil || b4.Recipe.HeadBits != 8 || b4.Recipe.KVBits != 8 || !b4.Forced {
+		t.Errorf("w4a16 bundle.json: %+v, recipe %+v", b4, b4.Recipe)
+	}
+	for name, g := range b4.Graphs {
+		if strings.HasPrefix(name, "layer_") && (g.Search == nil || g.Search.Weights != 8) {
+			t.Errorf("w4a16 %s: weight search %+v", name, g.Search)
+		}
+		aimet := filepath.Join(w4, name+".aimet")
+		mustRun(t, "lint", filepath.Join(aimet, name+".onnx"), "--encodings", filepath.Join(aimet, name+".encodings"))
+	}
 	for _, args := range [][]string{
-		{"--precision", "w4a16"}, {"--positions", "0"}, {"--mask-clip", "0"}, {"--held-out", "-1"}, {"--held-out-samples", ""},
+		{"--precision", "w4a8"}, {"--positions", "0"}, {"--mask-clip", "0"}, {"--held-out", "-1"}, {"--held-out-samples", ""},
 	} {
 		a := append([]string{"qnn-bundle", "--model", model, "--export", export, "--out", filepath.Join(dir, "x")}, args...)
 		if _, _, code := run(t, a...); code != 2 {
