@@ -70,6 +70,12 @@ type GraphResult struct {
 	Tied int `json:"tied_encodings,omitempty"`
 	// Search is the weight search's record (precisions with Search).
 	Search *WeightSearch `json:"weight_search,omitempty"`
+	// Overflows are the activation tensors whose held-out values went
+	// farthest past their encoded ranges (the float graph run on the
+	// held-out samples), at most MaxOverflows of them; OverflowTensors
+	// counts every tensor that went past its range.
+	Overflows       []Overflow `json:"held_out_overflows"`
+	OverflowTensors int        `json:"held_out_overflow_tensors"`
 }
 
 // Positions are the stream positions a bundle uses: Observe set the

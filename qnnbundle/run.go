@@ -8,11 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
 	"sparkconv/kernels"
+	"sparkconv/onnxeval"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/ortrun"
@@ -278,6 +280,9 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		res.Top1, res.Held, res.Kind = sim.Top1, runs, e.Kind
 		res.SNRWorst, res.WorstPos, res.WorstPosSeq = finite(sim.Worst), sim.WorstPos, sim.WorstPosSeq
 		res.SNRWorstSeq, res.WorstSeq = finite(sim.WorstSeq), sim.WorstSeqIdx
+		if res.Overflows, res.OverflowTensors, err = o.overflows(dir, e, held); err != nil {
+			return err
+		}
 		res.SNRSequences = make([]*float64, len(sim.Sequences))
 		for i, v := range sim.Sequences {
 			res.SNRSequences[i] = finite(v)
@@ -301,6 +306,32 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	b.Simulation.MinSNR, _ = b.lowest(func(r *GraphResult) *float64 { return r.SNR })
 	b.Simulation.MinSeqSNR, b.Simulation.MinSeqGraph = b.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq })
 	return nil
+}
+
+// overflows runs graph e's float graph on its held-out samples against the
+// encodings written to dir (Overflows); the attention mask, saturated on
+// purpose, is not checked.
+func (o Options) overflows(dir string, e onnxgraph.GraphEntry, held *HeldOut) ([]Overflow, int, error) {
+	enc, err := qnn.ReadEncodings(filepath.Join(dir, e.Name+".aimet", e.Name+".encodings"))
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := onnxio.ReadModelWithData(filepath.Join(o.Export, e.File))
+	if err != nil {
+		return nil, 0, err
+	}
+	g, err := onnxeval.Load(m)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", e.File, err)
+	}
+	skip := map[string]bool{}
+	for _, in := range e.Inputs {
+		if strings.HasPrefix(in.Name, "attention_mask") {
+			skip[in.Name] = true
+		}
+	}
+	samples, _ := held.samples(e)
+	return Overflows(g, e, enc, samples, skip)
 }
 
 func finite(v float64) *float64 {
@@ -328,6 +359,10 @@ func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote
 		}
 		if r.Top1 != nil {
 			line += fmt.Sprintf(", top-1 %.0f%%", 100**r.Top1)
+		}
+		if len(r.Overflows) > 0 {
+			w := r.Overflows[0]
+			line += fmt.Sprintf(", held-out past range: %d tensors, worst %s %.2fx (sequence %d position %d)", r.OverflowTensors, w.Tensor, w.Times, w.Seq, w.Pos)
 		}
 		if r.Search != nil {
 			line += fmt.Sprintf(", weights searched %+.1f dB", r.Search.GainDB)
