@@ -99,6 +99,10 @@ type RangeOptions struct {
 	// tensors the two share (PrefillTies): they and every tensor tied to
 	// them take those encodings as they are.
 	Tie map[string]qnn.Encoding
+	// More, when set, are samples of further calibration sequences
+	// (Options.CalibSequences) whose activations widen the observed
+	// ranges too.
+	More Samples
 	// Params, for a prefill graph of a precision with Search, holds the
 	// decode graph's parameter encodings, which its weights take as they
 	// are (no search of its own).
@@ -135,6 +139,11 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	}
 	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges, taps...) }); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
+	}
+	if opt.More != nil {
+		if err := opt.More(func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		}
 	}
 	absmax := map[string][]float64{}
 	for _, p := range plan.Params {
@@ -350,7 +359,12 @@ type BundleCalibration struct {
 	Samples    int    `json:"samples"`
 	Tokens     int    `json:"tokens"`
 	Observed   []int  `json:"observed_positions"`
-	Positions  []int  `json:"positions"`
+	// Sequences are the samples of the calibration text traced as
+	// sequences of their own (each from position 0, as a conversation
+	// starts) whose activations at their positions widen the ranges
+	// beside Observed's.
+	Sequences []HeldOutSequence `json:"sequences,omitempty"`
+	Positions []int             `json:"positions"`
 	// HeldOut are the positions the simulation scores in the longest
 	// held-out window (each sequence's own are in HeldOutSequences),
 	// HeldOutFiles the held-out texts read (the --held-out-samples files

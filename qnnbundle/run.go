@@ -41,6 +41,8 @@ type Options struct {
 	HeldOutSamples     []string // held-out text files, each sample its own sequence; none: the built-in held-out text
 	HeldOutPositions   int      // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
 	Observe            int      // positions whose activations set the ranges
+	CalibSequences     int      // samples of the calibration text also traced as sequences of their own, whose activations widen the ranges (0: none)
+	CalibSeqPositions  int      // positions observed per such sequence (ScoredPositions of its window)
 	ObserveGiven       bool     // Observe was asked for (--observe): past the export's context it is refused
 	MaskClip           float64  // low end of the attention mask's encoding
 	Headroom           float64  // factor widening each 16-bit activation's observed range
@@ -107,6 +109,17 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
+	var seqs *HeldOut
+	if o.CalibSequences > 0 {
+		var files []string
+		if o.Samples != "" {
+			files = []string{o.Samples}
+		}
+		if seqs, err = ReadCalibSequences(tok, files, o.HeldOut, o.CalibSeqPositions, ref.Cfg.VocabSize, o.CalibSequences); err != nil {
+			return nil, err
+		}
+		b.Calibration.Sequences = seqs.Seqs
+	}
 	calibPos, _ := SamplePositions(o.Positions, 0, len(ids)-1)
 	heldPos := ScoredPositions(o.HeldOutPositions, held.Longest())
 	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, nil)}
@@ -120,6 +133,11 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	}
 	if err := held.trace(ref, man, prefill); err != nil {
 		return nil, err
+	}
+	if seqs != nil {
+		if err := seqs.trace(ref, man, prefill); err != nil {
+			return nil, err
+		}
 	}
 	traced := time.Since(start)
 	d, err := outdir.Create(o.Out, o.Force, append([]string{o.Model, o.Export, o.Samples, lib}, o.HeldOutSamples...)...)
@@ -154,7 +172,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		}
 		b.Prefill = &BundlePrefill{Tokens: man.Prefill.Tokens, Observed: ppos.Observe, Chunks: ppos.Calib, HeldOut: ppos.Held}
 	}
-	if err := o.graphs(ctx, b, d.Path(), man, trace, held, pos, ppos); err != nil {
+	if err := o.graphs(ctx, b, d.Path(), man, trace, held, seqs, pos, ppos); err != nil {
 		return nil, err
 	}
 	if why := b.Refusal(); why != "" {
@@ -222,7 +240,7 @@ func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int
 // dir, recording each in b (and in b.Simulation the lowest layer SNRs).
 // A prefill graph follows its decode graph, at the chunk starts ppos, tied
 // to the encodings the decode graph got.
-func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, held *HeldOut, pos, ppos Positions) error {
+func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, held, seqs *HeldOut, pos, ppos Positions) error {
 	graphs := onnxgraph.GraphOrder(man)
 	pre := onnxgraph.PrefillOf(man)
 	bar := progress.New(int64(len(man.AllGraphs())), "qnn-bundle", false)
@@ -248,6 +266,9 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		bar.Describe(e.File)
 		t0 := time.Now()
 		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom}
+		if seqs != nil {
+			ro.More, _ = seqs.samples(e)
+		}
 		if j.dec != nil {
 			dec, err := qnn.ReadEncodings(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".encodings"))
 			if err != nil {
