@@ -29,6 +29,11 @@ type Overflow struct {
 // MaxOverflows is how many overflowing tensors a graph's entry lists.
 const MaxOverflows = 5
 
+// Overflowed is how far past its range's end (a share of it) a value must
+// go to count: a bounded tensor (a Softmax output at 1.0) reaches its end
+// within float rounding.
+const Overflowed = 1e-3
+
 // EncodedRange is the range a per-tensor encoding's grid holds:
 // [offset*scale, (offset+2^bw-1)*scale]; ok is false for a per-channel one.
 func EncodedRange(e qnn.Encoding) (r [2]float64, ok bool) {
@@ -79,7 +84,7 @@ func (s *overflowScan) add(name string, v []float32, seq, pos int) {
 			times, val = t, f
 		}
 	}
-	if times <= 1 {
+	if times <= 1+Overflowed {
 		return
 	}
 	if w := s.worst[name]; w == nil || times > w.Times {
@@ -112,9 +117,13 @@ func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 // Overflows runs the float graph g on the held-out samples and returns the
 // activation tensors whose values went farthest past their encodings in
 // enc (at most MaxOverflows) and how many went past at all. The inputs in
-// skip (the attention mask, saturated to its encoding on purpose) are not
-// checked.
-func Overflows(g *onnxeval.Graph, e onnxgraph.GraphEntry, enc *qnn.Encodings, held Samples, skip map[string]bool) ([]Overflow, int, error) {
+// fixed (the attention mask, saturated to its encoding on purpose) are fed
+// clamped to their ranges, as calibration feeds them, and not checked.
+func Overflows(g *onnxeval.Graph, e onnxgraph.GraphEntry, enc *qnn.Encodings, held Samples, fixed qnn.Ranges) ([]Overflow, int, error) {
+	skip := map[string]bool{}
+	for name := range fixed {
+		skip[name] = true
+	}
 	scan := newOverflowScan(enc, skip)
 	err := held(func(s Sample) error {
 		ins := map[string]onnxeval.Value{}
@@ -123,7 +132,11 @@ func Overflows(g *onnxeval.Graph, e onnxgraph.GraphEntry, enc *qnn.Encodings, he
 			for i, d := range t.Shape {
 				shape[i] = int(d)
 			}
-			ins[name] = onnxeval.Value{Shape: shape, F: t.F32, I: t.I64}
+			v := onnxeval.Value{Shape: shape, F: t.F32, I: t.I64}
+			if fr, ok := fixed[name]; ok {
+				v.F = clamp(t.F32, fr[0], fr[1])
+			}
+			ins[name] = v
 		}
 		_, err := g.Run(ins, func(name string, v onnxeval.Value) {
 			if v.F != nil {

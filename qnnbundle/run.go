@@ -331,7 +331,7 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 
 // overflows runs graph e's float graph on its held-out samples against the
 // encodings written to dir (Overflows); the attention mask, saturated on
-// purpose, is not checked.
+// purpose, is fed clamped to its encoding and not checked.
 func (o Options) overflows(dir string, e onnxgraph.GraphEntry, held *HeldOut) ([]Overflow, int, error) {
 	enc, err := qnn.ReadEncodings(filepath.Join(dir, e.Name+".aimet", e.Name+".encodings"))
 	if err != nil {
@@ -345,14 +345,14 @@ func (o Options) overflows(dir string, e onnxgraph.GraphEntry, held *HeldOut) ([
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", e.File, err)
 	}
-	skip := map[string]bool{}
+	fixed := qnn.Ranges{}
 	for _, in := range e.Inputs {
 		if strings.HasPrefix(in.Name, "attention_mask") {
-			skip[in.Name] = true
+			fixed[in.Name] = [2]float64{o.MaskClip, 0}
 		}
 	}
 	samples, _ := held.samples(e)
-	return Overflows(g, e, enc, samples, skip)
+	return Overflows(g, e, enc, samples, fixed)
 }
 
 func finite(v float64) *float64 {
