@@ -95,6 +95,9 @@ type RangeOptions struct {
 	// Headroom widens every observed range of a 16-bit activation by this
 	// factor about 0 (1: the observed min/max); see qnn.EncodingPlan.Encodings.
 	Headroom float64
+	// Wider gives the tensors it names (by name or last name part) a
+	// headroom of their own (qnn.EncodingPlan.Wider).
+	Wider map[string]float64
 	// Tie, for a prefill graph, holds the decode graph's encodings of the
 	// tensors the two share (PrefillTies): they and every tensor tied to
 	// them take those encodings as they are.
@@ -120,6 +123,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		return nil, nil, err
 	}
 	plan := qnn.NewEncodingPlan(m)
+	plan.Wider = opt.Wider
 	g, err := onnxeval.Load(m)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
@@ -378,6 +382,9 @@ type BundleCalibration struct {
 	// Headroom is the factor every 16-bit activation's observed range was
 	// widened by (RangeOptions.Headroom).
 	Headroom float64 `json:"headroom"`
+	// HeadroomTensors are the tensors given a headroom of their own in
+	// place of Headroom (RangeOptions.Wider): by name or last name part.
+	HeadroomTensors map[string]float64 `json:"headroom_tensors,omitempty"`
 	// Kernels is the kernel family that ran the capture's forward
 	// (kernels.Family): the ranges are byte-identical per family.
 	Kernels string `json:"kernels"`

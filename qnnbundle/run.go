@@ -36,20 +36,21 @@ type Options struct {
 	Model, Export, Out string
 	Samples            string // calibration text file; "": the embedded corpus
 	Precision          qnn.Precision
-	Positions          int      // calibration positions per graph
-	HeldOut            int      // held-out window per sequence: the first HeldOut tokens of each held-out sample are traced (0: DefaultHeldOut, at most the export's context)
-	HeldOutSamples     []string // held-out text files, each sample its own sequence; none: the built-in held-out text
-	HeldOutPositions   int      // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
-	Observe            int      // positions whose activations set the ranges
-	CalibSequences     int      // samples of the calibration text also traced as sequences of their own, whose activations widen the ranges (0: none)
-	CalibSeqPositions  int      // positions observed per such sequence (ScoredPositions of its window)
-	ObserveGiven       bool     // Observe was asked for (--observe): past the export's context it is refused
-	MaskClip           float64  // low end of the attention mask's encoding
-	Headroom           float64  // factor widening each 16-bit activation's observed range
-	ORTLib             string   // libonnxruntime.so ("": ortrun.FindORTLib's search)
-	Threads            int      // ONNX Runtime intra-op threads (0: its default)
-	Force              bool     // write below BarDB, and replace an existing Out
-	AllowShort         bool     // text shorter than the export's context, with a warning
+	Positions          int                // calibration positions per graph
+	HeldOut            int                // held-out window per sequence: the first HeldOut tokens of each held-out sample are traced (0: DefaultHeldOut, at most the export's context)
+	HeldOutSamples     []string           // held-out text files, each sample its own sequence; none: the built-in held-out text
+	HeldOutPositions   int                // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
+	Observe            int                // positions whose activations set the ranges
+	CalibSequences     int                // samples of the calibration text also traced as sequences of their own, whose activations widen the ranges (0: none)
+	CalibSeqPositions  int                // positions observed per such sequence (ScoredPositions of its window)
+	ObserveGiven       bool               // Observe was asked for (--observe): past the export's context it is refused
+	MaskClip           float64            // low end of the attention mask's encoding
+	Headroom           float64            // factor widening each 16-bit activation's observed range
+	HeadroomTensors    map[string]float64 // tensors (name or last name part) with a factor of their own
+	ORTLib             string             // libonnxruntime.so ("": ortrun.FindORTLib's search)
+	Threads            int                // ONNX Runtime intra-op threads (0: its default)
+	Force              bool               // write below BarDB, and replace an existing Out
+	AllowShort         bool               // text shorter than the export's context, with a warning
 	Log                io.Writer
 }
 
@@ -162,7 +163,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	b.Export = BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity}
 	b.Calibration.Observed, b.Calibration.Kernels = pos.Observe, kernels.Family()
 	b.Calibration.Positions, b.Calibration.HeldOut, b.Calibration.Seconds = calibPos, heldPos, round2(traced.Seconds())
-	b.Calibration.Headroom = o.Headroom
+	b.Calibration.Headroom, b.Calibration.HeadroomTensors = o.Headroom, o.HeadroomTensors
 	b.Mask = BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{o.MaskClip, 0},
 		Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}
 	var ppos Positions
@@ -265,7 +266,7 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		}
 		bar.Describe(e.File)
 		t0 := time.Now()
-		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom}
+		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom, Wider: o.HeadroomTensors}
 		if seqs != nil {
 			ro.More, _ = seqs.samples(e)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,8 @@ import (
 
 type qnnBundleFlags struct {
 	qnnbundle.Options
-	precision string
+	precision       string
+	headroomTensors map[string]string
 }
 
 func init() {
@@ -95,6 +97,7 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	fl.IntVar(&f.HeldOutPositions, "held-out-positions", qnnbundle.DefaultHeldOutPositions, "positions of each held-out window the simulation scores: 0, 1, 2, ... then spaced evenly in log(1+p) to the window's last (every position when it is at least the window)")
 	fl.StringArrayVar(&f.HeldOutSamples, "held-out-samples", nil, "held-out text the simulation scores, each sample its own sequence (samples separated by lines holding ---, or .jsonl); repeatable; default: the built-in held-out text, disjoint from the calibration corpus")
 	fl.Float64Var(&f.Headroom, "headroom", qnn.Headroom, "factor widening each 16-bit activation's observed range (1: min/max as observed)")
+	fl.StringToStringVar(&f.headroomTensors, "headroom-tensor", nil, "NAME=FACTOR: a 16-bit activation's own headroom in place of --headroom, by tensor name or its last part (mlp_act: every layer's down_proj input); repeatable")
 	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
 	fl.StringVar(&f.ORTLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.Threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
@@ -132,6 +135,9 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	o := f.Options
 	o.Precision, o.Log = prec, cmd.ErrOrStderr()
 	o.ObserveGiven = cmd.Flags().Changed("observe")
+	if o.HeadroomTensors, err = parseHeadroomTensors(f.headroomTensors); err != nil {
+		return usagef("--headroom-tensor: %v", err)
+	}
 	// Every path the bundle reads is an input --out may not overlap,
 	// checked before any work: ONNX Runtime's library (--ort-lib or
 	// $SPARKCONV_ORT_LIB) included.
@@ -166,4 +172,21 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	}
 	b.WriteSummary(cmd.OutOrStdout(), f.Out, time.Since(start), true)
 	return nil
+}
+
+// parseHeadroomTensors reads --headroom-tensor's NAME=FACTOR pairs: each
+// factor a number from 1 to 64 (nil when none is given).
+func parseHeadroomTensors(kv map[string]string) (map[string]float64, error) {
+	if len(kv) == 0 {
+		return nil, nil
+	}
+	out := map[string]float64{}
+	for name, v := range kv {
+		h, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(h >= 1 && h <= 64) || name == "" {
+			return nil, fmt.Errorf("%s=%s: want NAME=FACTOR, a factor from 1 to 64", name, v)
+		}
+		out[name] = h
+	}
+	return out, nil
 }
