@@ -454,3 +454,14 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 // Headroom is qnn-bundle's default widening of 16-bit activation ranges
 // (Plan.Encodings).
 const Headroom = 2.0
+
+// HeadroomTensors are qnn-bundle's default per-tensor headrooms
+// (EncodingPlan.Wider), unless --headroom or --headroom-tensor is given:
+// each layer's down_proj input (the gated MLP's product, mlp_act) is what
+// text the calibration never saw drives farthest past its observed range
+// (on the real model, to 4.3x the range one stream of calibration text
+// observed, and to 2.0x the range of qnn-bundle's 64 calibration
+// sequences, where no other tensor goes past its range at all), so it
+// alone gets 8: 12 dB of a 16-bit grid's resolution, where the others
+// keep Headroom's 6 (docs/qnn.md#ranges-that-hold-on-unseen-text).
+var HeadroomTensors = map[string]float64{"mlp_act": 8}

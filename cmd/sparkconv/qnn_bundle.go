@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"strconv"
@@ -52,9 +53,16 @@ each channel's scale chosen by its output error on the observed activations
 (SeqMSE's search), 16-bit activations, the head's weights and the KV cache
 (8-bit symmetric) at 8 bits, the embedding table at 16.
 
-16-bit activation ranges are the observed ones widened --headroom times
-(default 2; not the Softmax/Sigmoid outputs, the rope tables or the mask):
-text the calibration never saw goes past the observed ranges.
+The ranges are observed on the calibration text's first context of tokens
+as one stream and on its first --calib-sequences samples (default 64),
+each traced as a sequence of its own from position 0 (a new conversation)
+over its first 256 tokens and observed at --calib-sequence-positions of
+them. 16-bit activation ranges are the observed ones widened --headroom
+times (default 2; not the Softmax/Sigmoid outputs, the rope tables or the
+mask), each layer's down_proj input (mlp_act) 8 times by default
+(--headroom-tensor): text the calibration never saw goes past the observed
+ranges, the down_proj input farthest. bundle.json's held_out_overflows name
+per graph the tensors the held-out text drove past their encoded ranges.
 
 Each QDQ graph then runs in ONNX Runtime against the float32 reference on
 held-out text (--held-out-samples, repeatable, default the built-in
@@ -91,13 +99,13 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16, w8a8 or w4a16 (4-bit weights searched on the calibration activations; head weights and KV cache at 8 bits)")
 	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
-	fl.IntVar(&f.CalibSequences, "calib-sequences", 0, "samples of the calibration text also traced as sequences of their own (each from position 0, over its first --held-out tokens) whose activations widen the ranges")
-	fl.IntVar(&f.CalibSeqPositions, "calib-sequence-positions", 16, "positions observed per --calib-sequences sequence (0, 1, 2, ... then spaced in log(1+p) to the window's last)")
+	fl.IntVar(&f.CalibSequences, "calib-sequences", qnnbundle.DefaultCalibSequences, "the calibration text's first N samples also traced as sequences of their own (each from position 0, over its first 256 tokens), whose activations widen the ranges (0: the one stream only)")
+	fl.IntVar(&f.CalibSeqPositions, "calib-sequence-positions", qnnbundle.DefaultCalibSeqPositions, "positions observed per --calib-sequences sequence (0, 1, 2, ... then spaced in log(1+p) to the window's last)")
 	fl.IntVar(&f.HeldOut, "held-out", 0, "held-out window per sequence: the first N tokens of each held-out sample are traced, fewer where the sample is shorter (0: 256, or the export's context where it is shorter)")
 	fl.IntVar(&f.HeldOutPositions, "held-out-positions", qnnbundle.DefaultHeldOutPositions, "positions of each held-out window the simulation scores: 0, 1, 2, ... then spaced evenly in log(1+p) to the window's last (every position when it is at least the window)")
 	fl.StringArrayVar(&f.HeldOutSamples, "held-out-samples", nil, "held-out text the simulation scores, each sample its own sequence (samples separated by lines holding ---, or .jsonl); repeatable; default: the built-in held-out text, disjoint from the calibration corpus")
 	fl.Float64Var(&f.Headroom, "headroom", qnn.Headroom, "factor widening each 16-bit activation's observed range (1: min/max as observed)")
-	fl.StringToStringVar(&f.headroomTensors, "headroom-tensor", nil, "NAME=FACTOR: a 16-bit activation's own headroom in place of --headroom, by tensor name or its last part (mlp_act: every layer's down_proj input); repeatable")
+	fl.StringToStringVar(&f.headroomTensors, "headroom-tensor", nil, "NAME=FACTOR: a 16-bit activation's own headroom in place of --headroom, by tensor name or its last part (mlp_act: every layer's down_proj input); repeatable; default, unless --headroom or this flag is given: mlp_act=8")
 	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
 	fl.StringVar(&f.ORTLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.Threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
@@ -112,7 +120,7 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	intIn(cmd, "positions", 1, 4096)
 	intIn(cmd, "observe", 0, 1<<20)
 	intIn(cmd, "held-out", 0, 4096)
-	intIn(cmd, "calib-sequences", 0, 4096)
+	intIn(cmd, "calib-sequences", 0, qnnbundle.MaxCalibSequences)
 	intIn(cmd, "calib-sequence-positions", 1, 4096)
 	intIn(cmd, "held-out-positions", 1, 4096)
 	intIn(cmd, "threads", 0, 1024)
@@ -137,6 +145,9 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	o.ObserveGiven = cmd.Flags().Changed("observe")
 	if o.HeadroomTensors, err = parseHeadroomTensors(f.headroomTensors); err != nil {
 		return usagef("--headroom-tensor: %v", err)
+	}
+	if !cmd.Flags().Changed("headroom") && !cmd.Flags().Changed("headroom-tensor") {
+		o.HeadroomTensors = maps.Clone(qnn.HeadroomTensors)
 	}
 	// Every path the bundle reads is an input --out may not overlap,
 	// checked before any work: ONNX Runtime's library (--ort-lib or
