@@ -72,3 +72,55 @@ func TestEncodingsHeadroom(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodingsWider: a tensor named in Wider (by its last name part)
+// takes that headroom in place of the default, the rest keep the default,
+// and a bounded tensor keeps its observed range even when named.
+func TestEncodingsWider(t *testing.T) {
+	export := exporttest.Export(t, exporttest.Golden("spark-mini-tied"), onnxgraph.ExportOptions{Context: 24})
+	man, err := onnxgraph.ReadManifest(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layer onnxgraph.GraphEntry
+	for _, e := range man.Graphs {
+		if e.Kind == onnxgraph.KindLayer {
+			layer = e
+			break
+		}
+	}
+	m, err := onnxio.ReadModelFile(filepath.Join(export, layer.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := NewEncodingPlan(m)
+	plan.Wider = map[string]float64{"mlp_act": 8, "probs": 4, "hidden_out": 3}
+	observed := Ranges{}
+	for _, a := range plan.Acts {
+		observed[a] = [2]float64{-0.5, 1}
+	}
+	absmax := map[string][]float64{}
+	for _, p := range plan.Params {
+		absmax[p.Name] = []float64{1}
+	}
+	enc, err := plan.Encodings(Precisions[0], observed, Ranges{"attention_mask": {MaskClip, 0}}, absmax, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][2]float64{"layers.0/mlp_act": {-4, 8}, "layers.0/probs": {-0.5, 1}, "hidden_out": {-1.5, 3},
+		"hidden_in": {-1, 2}, "layers.0/mlp_out": {-1, 2}}
+	for _, a := range enc.Activations {
+		w, ok := want[a.Name]
+		if !ok {
+			continue
+		}
+		delete(want, a.Name)
+		lo, hi := a.MinMax(0)
+		if step := float64(a.Scale[0]); math.Abs(lo-w[0]) > step || math.Abs(hi-w[1]) > step {
+			t.Errorf("%s encodes [%g, %g], want %v", a.Name, lo, hi, w)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no encoding for %v", want)
+	}
+}

@@ -96,6 +96,25 @@ type EncodingPlan struct {
 	// head are the MatMul weights whose product is a graph output (the
 	// head's logits).
 	head map[string]bool
+	// Wider gives some 16-bit activations a headroom of their own in
+	// place of Encodings' (a tie group takes the largest of its
+	// members'): the key is a tensor's name or the last part of it after
+	// a "/" ("mlp_act" is every layer's layers.N/mlp_act).
+	Wider map[string]float64
+}
+
+// headroomOf is the headroom of tensor a: Wider's by its name or its last
+// part, else h.
+func (p *EncodingPlan) headroomOf(a string, h float64) float64 {
+	if w, ok := p.Wider[a]; ok {
+		return w
+	}
+	if i := strings.LastIndexByte(a, '/'); i >= 0 {
+		if w, ok := p.Wider[a[i+1:]]; ok {
+			return w
+		}
+	}
+	return h
 }
 
 // NewEncodingPlan plans a graph's encodings.
@@ -391,7 +410,7 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 		}
 		group[g] = rng
 	}
-	if prec.ActBits == 16 && headroom > 1 {
+	if prec.ActBits == 16 {
 		keep := map[string]bool{}
 		for a := range p.bounded {
 			keep[p.find(a)] = true
@@ -399,9 +418,14 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 		for g := range kv {
 			keep[g] = true // an 8-bit grid has no resolution to spare
 		}
+		h := map[string]float64{}
+		for _, a := range p.Acts {
+			g := p.find(a)
+			h[g] = math.Max(h[g], p.headroomOf(a, headroom))
+		}
 		for g, rng := range group {
-			if !keep[g] {
-				group[g] = [2]float64{headroom * rng[0], headroom * rng[1]}
+			if !keep[g] && h[g] > 1 {
+				group[g] = [2]float64{h[g] * rng[0], h[g] * rng[1]}
 			}
 		}
 	}
@@ -430,3 +454,14 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 // Headroom is qnn-bundle's default widening of 16-bit activation ranges
 // (Plan.Encodings).
 const Headroom = 2.0
+
+// HeadroomTensors are qnn-bundle's default per-tensor headrooms
+// (EncodingPlan.Wider), unless --headroom or --headroom-tensor is given:
+// each layer's down_proj input (the gated MLP's product, mlp_act) is what
+// text the calibration never saw drives farthest past its observed range
+// (on the real model, to 4.3x the range one stream of calibration text
+// observed, and to 2.0x the range of qnn-bundle's 64 calibration
+// sequences, where no other tensor goes past its range at all), so it
+// alone gets 8: 12 dB of a 16-bit grid's resolution, where the others
+// keep Headroom's 6 (docs/qnn.md#ranges-that-hold-on-unseen-text).
+var HeadroomTensors = map[string]float64{"mlp_act": 8}

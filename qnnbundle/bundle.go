@@ -70,6 +70,12 @@ type GraphResult struct {
 	Tied int `json:"tied_encodings,omitempty"`
 	// Search is the weight search's record (precisions with Search).
 	Search *WeightSearch `json:"weight_search,omitempty"`
+	// Overflows are the activation tensors whose held-out values went
+	// farthest past their encoded ranges (the float graph run on the
+	// held-out samples), at most MaxOverflows of them; OverflowTensors
+	// counts every tensor that went past its range.
+	Overflows       []Overflow `json:"held_out_overflows"`
+	OverflowTensors int        `json:"held_out_overflow_tensors"`
 }
 
 // Positions are the stream positions a bundle uses: Observe set the
@@ -89,10 +95,17 @@ type RangeOptions struct {
 	// Headroom widens every observed range of a 16-bit activation by this
 	// factor about 0 (1: the observed min/max); see qnn.EncodingPlan.Encodings.
 	Headroom float64
+	// Wider gives the tensors it names (by name or last name part) a
+	// headroom of their own (qnn.EncodingPlan.Wider).
+	Wider map[string]float64
 	// Tie, for a prefill graph, holds the decode graph's encodings of the
 	// tensors the two share (PrefillTies): they and every tensor tied to
 	// them take those encodings as they are.
 	Tie map[string]qnn.Encoding
+	// More, when set, are samples of further calibration sequences
+	// (Options.CalibSequences) whose activations widen the observed
+	// ranges too.
+	More Samples
 	// Params, for a prefill graph of a precision with Search, holds the
 	// decode graph's parameter encodings, which its weights take as they
 	// are (no search of its own).
@@ -110,6 +123,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		return nil, nil, err
 	}
 	plan := qnn.NewEncodingPlan(m)
+	plan.Wider = opt.Wider
 	g, err := onnxeval.Load(m)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
@@ -129,6 +143,11 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	}
 	if err := t.Samples(e, pos.Observe, false, func(s Sample) error { return observe(g, plan, s, fixed, ranges, taps...) }); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
+	}
+	if opt.More != nil {
+		if err := opt.More(func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		}
 	}
 	absmax := map[string][]float64{}
 	for _, p := range plan.Params {
@@ -344,7 +363,12 @@ type BundleCalibration struct {
 	Samples    int    `json:"samples"`
 	Tokens     int    `json:"tokens"`
 	Observed   []int  `json:"observed_positions"`
-	Positions  []int  `json:"positions"`
+	// Sequences are the samples of the calibration text traced as
+	// sequences of their own (each from position 0, as a conversation
+	// starts) whose activations at their positions widen the ranges
+	// beside Observed's.
+	Sequences []HeldOutSequence `json:"sequences,omitempty"`
+	Positions []int             `json:"positions"`
 	// HeldOut are the positions the simulation scores in the longest
 	// held-out window (each sequence's own are in HeldOutSequences),
 	// HeldOutFiles the held-out texts read (the --held-out-samples files
@@ -358,6 +382,9 @@ type BundleCalibration struct {
 	// Headroom is the factor every 16-bit activation's observed range was
 	// widened by (RangeOptions.Headroom).
 	Headroom float64 `json:"headroom"`
+	// HeadroomTensors are the tensors given a headroom of their own in
+	// place of Headroom (RangeOptions.Wider): by name or last name part.
+	HeadroomTensors map[string]float64 `json:"headroom_tensors,omitempty"`
 	// Kernels is the kernel family that ran the capture's forward
 	// (kernels.Family): the ranges are byte-identical per family.
 	Kernels string `json:"kernels"`

@@ -91,18 +91,35 @@ type HeldOut struct {
 // scored (ScoredPositions). Every sample is one sequence; the windows
 // together may hold at most MaxHeldOutTokens tokens.
 func ReadHeldOut(tok *tokenizer.Tokenizer, files []string, n, k, vocab int) (*HeldOut, error) {
-	h := &HeldOut{}
-	one := [][]string{nil}
+	groups := [][]string{nil}
 	if len(files) > 0 {
-		one = nil
+		groups = nil
 		for _, f := range files {
-			one = append(one, []string{f})
+			groups = append(groups, []string{f})
 		}
 	}
+	return readSequences(tok, groups, calib.HeldOutText, n, k, vocab, 0)
+}
+
+// ReadCalibSequences reads the first m samples of the calibration text
+// (files, calib's samples formats; none: the embedded corpus) as
+// sequences of their own, as ReadHeldOut reads held-out text: each its
+// first n tokens, k positions of them (ScoredPositions) observed.
+func ReadCalibSequences(tok *tokenizer.Tokenizer, files []string, n, k, vocab, m int) (*HeldOut, error) {
+	return readSequences(tok, [][]string{files}, calib.CalibText, n, k, vocab, m)
+}
+
+// readSequences reads each group of files in turn (a nil group: def), at
+// most m samples in all (0: every sample).
+func readSequences(tok *tokenizer.Tokenizer, groups [][]string, def calib.Builtin, n, k, vocab, m int) (*HeldOut, error) {
+	h := &HeldOut{}
 	total := 0
-	for _, f := range one {
+	for _, f := range groups {
 		var seqs []HeldOutSequence
-		rd, err := calib.TokenizeEach(tok, f, calib.HeldOutText, vocab, func(i int, ids []int) (bool, error) {
+		rd, err := calib.TokenizeEach(tok, f, def, vocab, func(i int, ids []int) (bool, error) {
+			if m > 0 && len(h.Seqs)+len(seqs) >= m {
+				return false, nil
+			}
 			w := min(len(ids), n)
 			total += w
 			if total > MaxHeldOutTokens {

@@ -309,3 +309,32 @@ func TestScoredPositions(t *testing.T) {
 		}
 	}
 }
+
+// TestReadCalibSequences: the first m samples of the calibration text
+// (the embedded corpus without files), each cut to its window with k
+// observed positions; m = 0 reads every sample.
+func TestReadCalibSequences(t *testing.T) {
+	tok, _, err := calib.LoadTokenizer(exporttest.Golden("spark-mini-tied"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ReadCalibSequences(tok, nil, 32, 6, 1<<20, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Seqs) != 3 || len(h.Files) != 1 || h.Files[0].Source != corpus.CalibName {
+		t.Fatalf("sequences %+v, files %+v", h.Seqs, h.Files)
+	}
+	for i, s := range h.Seqs {
+		if s.Sample != i+1 || s.Window != 32 || !slices.Equal(s.Positions, []int{0, 1, 3, 7, 15, 31}) {
+			t.Errorf("sequence %d: %+v", i, s)
+		}
+	}
+	all, err := ReadCalibSequences(tok, nil, 8, 2, 1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(corpus.Calib, "\n---\n") + 1; len(all.Seqs) != n {
+		t.Errorf("every sample: %d sequences, want %d", len(all.Seqs), n)
+	}
+}

@@ -8,11 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
 	"sparkconv/kernels"
+	"sparkconv/onnxeval"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/ortrun"
@@ -34,18 +36,21 @@ type Options struct {
 	Model, Export, Out string
 	Samples            string // calibration text file; "": the embedded corpus
 	Precision          qnn.Precision
-	Positions          int      // calibration positions per graph
-	HeldOut            int      // held-out window per sequence: the first HeldOut tokens of each held-out sample are traced (0: DefaultHeldOut, at most the export's context)
-	HeldOutSamples     []string // held-out text files, each sample its own sequence; none: the built-in held-out text
-	HeldOutPositions   int      // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
-	Observe            int      // positions whose activations set the ranges
-	ObserveGiven       bool     // Observe was asked for (--observe): past the export's context it is refused
-	MaskClip           float64  // low end of the attention mask's encoding
-	Headroom           float64  // factor widening each 16-bit activation's observed range
-	ORTLib             string   // libonnxruntime.so ("": ortrun.FindORTLib's search)
-	Threads            int      // ONNX Runtime intra-op threads (0: its default)
-	Force              bool     // write below BarDB, and replace an existing Out
-	AllowShort         bool     // text shorter than the export's context, with a warning
+	Positions          int                // calibration positions per graph
+	HeldOut            int                // held-out window per sequence: the first HeldOut tokens of each held-out sample are traced (0: DefaultHeldOut, at most the export's context)
+	HeldOutSamples     []string           // held-out text files, each sample its own sequence; none: the built-in held-out text
+	HeldOutPositions   int                // positions scored per held-out sequence (ScoredPositions; 0: DefaultHeldOutPositions)
+	Observe            int                // positions whose activations set the ranges
+	CalibSequences     int                // samples of the calibration text (at most MaxCalibSequences) also traced as sequences of their own, each over its first CalibWindow tokens, whose activations widen the ranges (0: none)
+	CalibSeqPositions  int                // positions observed per such sequence (ScoredPositions of its window)
+	ObserveGiven       bool               // Observe was asked for (--observe): past the export's context it is refused
+	MaskClip           float64            // low end of the attention mask's encoding
+	Headroom           float64            // factor widening each 16-bit activation's observed range
+	HeadroomTensors    map[string]float64 // tensors (name or last name part) with a factor of their own
+	ORTLib             string             // libonnxruntime.so ("": ortrun.FindORTLib's search)
+	Threads            int                // ONNX Runtime intra-op threads (0: its default)
+	Force              bool               // write below BarDB, and replace an existing Out
+	AllowShort         bool               // text shorter than the export's context, with a warning
 	Log                io.Writer
 }
 
@@ -54,6 +59,22 @@ type Options struct {
 // context is shorter); ScoredPositions picks the scored ones, the first
 // ones (few keys, the attention sink forming) included.
 const DefaultHeldOut = 256
+
+// The calibration sequences (Options.CalibSequences): the text's first
+// DefaultCalibSequences samples by default, at most MaxCalibSequences,
+// each traced over its first CalibWindow tokens (fewer where the export's
+// context is shorter) and observed at DefaultCalibSeqPositions of them.
+// On the real model the one stream of the export's context of tokens
+// leaves layers at 23-28 dB on their worst held-out sequence (the
+// down_proj inputs of unseen text went to 4.3x their observed range);
+// the 64 samples as sequences of their own lift every layer over 36 dB
+// on the built-in held-out text (docs/qnn.md#ranges-that-hold-on-unseen-text).
+const (
+	DefaultCalibSequences    = 64
+	MaxCalibSequences        = 64
+	CalibWindow              = 256
+	DefaultCalibSeqPositions = 16
+)
 
 // ErrRefused is the error of a bundle with a layer whose worst held-out
 // sequence simulates below BarDB, without Force (errors.Is): nothing is
@@ -105,6 +126,18 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
+	var seqs *HeldOut
+	if o.CalibSequences > 0 {
+		var files []string
+		if o.Samples != "" {
+			files = []string{o.Samples}
+		}
+		n := min(o.CalibSequences, MaxCalibSequences)
+		if seqs, err = ReadCalibSequences(tok, files, min(CalibWindow, man.Context), o.CalibSeqPositions, ref.Cfg.VocabSize, n); err != nil {
+			return nil, err
+		}
+		b.Calibration.Sequences = seqs.Seqs
+	}
 	calibPos, _ := SamplePositions(o.Positions, 0, len(ids)-1)
 	heldPos := ScoredPositions(o.HeldOutPositions, held.Longest())
 	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, nil)}
@@ -118,6 +151,11 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	}
 	if err := held.trace(ref, man, prefill); err != nil {
 		return nil, err
+	}
+	if seqs != nil {
+		if err := seqs.trace(ref, man, prefill); err != nil {
+			return nil, err
+		}
 	}
 	traced := time.Since(start)
 	d, err := outdir.Create(o.Out, o.Force, append([]string{o.Model, o.Export, o.Samples, lib}, o.HeldOutSamples...)...)
@@ -142,7 +180,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	b.Export = BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity}
 	b.Calibration.Observed, b.Calibration.Kernels = pos.Observe, kernels.Family()
 	b.Calibration.Positions, b.Calibration.HeldOut, b.Calibration.Seconds = calibPos, heldPos, round2(traced.Seconds())
-	b.Calibration.Headroom = o.Headroom
+	b.Calibration.Headroom, b.Calibration.HeadroomTensors = o.Headroom, o.HeadroomTensors
 	b.Mask = BundleMask{MaskValue: man.MaskValue, EncodedRange: [2]float64{o.MaskClip, 0},
 		Note: "the runtime feeds mask_value for empty slots; the input quantizer saturates it to the encoded low end, whose exp() still hides the slot"}
 	var ppos Positions
@@ -152,7 +190,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 		}
 		b.Prefill = &BundlePrefill{Tokens: man.Prefill.Tokens, Observed: ppos.Observe, Chunks: ppos.Calib, HeldOut: ppos.Held}
 	}
-	if err := o.graphs(ctx, b, d.Path(), man, trace, held, pos, ppos); err != nil {
+	if err := o.graphs(ctx, b, d.Path(), man, trace, held, seqs, pos, ppos); err != nil {
 		return nil, err
 	}
 	if why := b.Refusal(); why != "" {
@@ -220,7 +258,7 @@ func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int
 // dir, recording each in b (and in b.Simulation the lowest layer SNRs).
 // A prefill graph follows its decode graph, at the chunk starts ppos, tied
 // to the encodings the decode graph got.
-func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, held *HeldOut, pos, ppos Positions) error {
+func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, held, seqs *HeldOut, pos, ppos Positions) error {
 	graphs := onnxgraph.GraphOrder(man)
 	pre := onnxgraph.PrefillOf(man)
 	bar := progress.New(int64(len(man.AllGraphs())), "qnn-bundle", false)
@@ -245,7 +283,10 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		}
 		bar.Describe(e.File)
 		t0 := time.Now()
-		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom}
+		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom, Wider: o.HeadroomTensors}
+		if seqs != nil {
+			ro.More, _ = seqs.samples(e)
+		}
 		if j.dec != nil {
 			dec, err := qnn.ReadEncodings(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".encodings"))
 			if err != nil {
@@ -278,6 +319,9 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		res.Top1, res.Held, res.Kind = sim.Top1, runs, e.Kind
 		res.SNRWorst, res.WorstPos, res.WorstPosSeq = finite(sim.Worst), sim.WorstPos, sim.WorstPosSeq
 		res.SNRWorstSeq, res.WorstSeq = finite(sim.WorstSeq), sim.WorstSeqIdx
+		if res.Overflows, res.OverflowTensors, err = o.overflows(dir, e, held); err != nil {
+			return err
+		}
 		res.SNRSequences = make([]*float64, len(sim.Sequences))
 		for i, v := range sim.Sequences {
 			res.SNRSequences[i] = finite(v)
@@ -301,6 +345,32 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	b.Simulation.MinSNR, _ = b.lowest(func(r *GraphResult) *float64 { return r.SNR })
 	b.Simulation.MinSeqSNR, b.Simulation.MinSeqGraph = b.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq })
 	return nil
+}
+
+// overflows runs graph e's float graph on its held-out samples against the
+// encodings written to dir (Overflows); the attention mask, saturated on
+// purpose, is fed clamped to its encoding and not checked.
+func (o Options) overflows(dir string, e onnxgraph.GraphEntry, held *HeldOut) ([]Overflow, int, error) {
+	enc, err := qnn.ReadEncodings(filepath.Join(dir, e.Name+".aimet", e.Name+".encodings"))
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := onnxio.ReadModelWithData(filepath.Join(o.Export, e.File))
+	if err != nil {
+		return nil, 0, err
+	}
+	g, err := onnxeval.Load(m)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", e.File, err)
+	}
+	fixed := qnn.Ranges{}
+	for _, in := range e.Inputs {
+		if strings.HasPrefix(in.Name, "attention_mask") {
+			fixed[in.Name] = [2]float64{o.MaskClip, 0}
+		}
+	}
+	samples, _ := held.samples(e)
+	return Overflows(g, e, enc, samples, fixed)
 }
 
 func finite(v float64) *float64 {
@@ -328,6 +398,10 @@ func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote
 		}
 		if r.Top1 != nil {
 			line += fmt.Sprintf(", top-1 %.0f%%", 100**r.Top1)
+		}
+		if len(r.Overflows) > 0 {
+			w := r.Overflows[0]
+			line += fmt.Sprintf(", held-out past range: %d tensors, worst %s %.2fx (sequence %d position %d)", r.OverflowTensors, w.Tensor, w.Times, w.Seq, w.Pos)
 		}
 		if r.Search != nil {
 			line += fmt.Sprintf(", weights searched %+.1f dB", r.Search.GainDB)

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,7 +19,8 @@ import (
 
 type qnnBundleFlags struct {
 	qnnbundle.Options
-	precision string
+	precision       string
+	headroomTensors map[string]string
 }
 
 func init() {
@@ -50,9 +53,16 @@ each channel's scale chosen by its output error on the observed activations
 (SeqMSE's search), 16-bit activations, the head's weights and the KV cache
 (8-bit symmetric) at 8 bits, the embedding table at 16.
 
-16-bit activation ranges are the observed ones widened --headroom times
-(default 2; not the Softmax/Sigmoid outputs, the rope tables or the mask):
-text the calibration never saw goes past the observed ranges.
+The ranges are observed on the calibration text's first context of tokens
+as one stream and on its first --calib-sequences samples (default 64),
+each traced as a sequence of its own from position 0 (a new conversation)
+over its first 256 tokens and observed at --calib-sequence-positions of
+them. 16-bit activation ranges are the observed ones widened --headroom
+times (default 2; not the Softmax/Sigmoid outputs, the rope tables or the
+mask), each layer's down_proj input (mlp_act) 8 times by default
+(--headroom-tensor): text the calibration never saw goes past the observed
+ranges, the down_proj input farthest. bundle.json's held_out_overflows name
+per graph the tensors the held-out text drove past their encoded ranges.
 
 Each QDQ graph then runs in ONNX Runtime against the float32 reference on
 held-out text (--held-out-samples, repeatable, default the built-in
@@ -89,10 +99,13 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16, w8a8 or w4a16 (4-bit weights searched on the calibration activations; head weights and KV cache at 8 bits)")
 	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
+	fl.IntVar(&f.CalibSequences, "calib-sequences", qnnbundle.DefaultCalibSequences, "the calibration text's first N samples also traced as sequences of their own (each from position 0, over its first 256 tokens), whose activations widen the ranges (0: the one stream only)")
+	fl.IntVar(&f.CalibSeqPositions, "calib-sequence-positions", qnnbundle.DefaultCalibSeqPositions, "positions observed per --calib-sequences sequence (0, 1, 2, ... then spaced in log(1+p) to the window's last)")
 	fl.IntVar(&f.HeldOut, "held-out", 0, "held-out window per sequence: the first N tokens of each held-out sample are traced, fewer where the sample is shorter (0: 256, or the export's context where it is shorter)")
 	fl.IntVar(&f.HeldOutPositions, "held-out-positions", qnnbundle.DefaultHeldOutPositions, "positions of each held-out window the simulation scores: 0, 1, 2, ... then spaced evenly in log(1+p) to the window's last (every position when it is at least the window)")
 	fl.StringArrayVar(&f.HeldOutSamples, "held-out-samples", nil, "held-out text the simulation scores, each sample its own sequence (samples separated by lines holding ---, or .jsonl); repeatable; default: the built-in held-out text, disjoint from the calibration corpus")
 	fl.Float64Var(&f.Headroom, "headroom", qnn.Headroom, "factor widening each 16-bit activation's observed range (1: min/max as observed)")
+	fl.StringToStringVar(&f.headroomTensors, "headroom-tensor", nil, "NAME=FACTOR: a 16-bit activation's own headroom in place of --headroom, by tensor name or its last part (mlp_act: every layer's down_proj input); repeatable; default, unless --headroom or this flag is given: mlp_act=8")
 	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
 	fl.StringVar(&f.ORTLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.Threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
@@ -107,6 +120,8 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	intIn(cmd, "positions", 1, 4096)
 	intIn(cmd, "observe", 0, 1<<20)
 	intIn(cmd, "held-out", 0, 4096)
+	intIn(cmd, "calib-sequences", 0, qnnbundle.MaxCalibSequences)
+	intIn(cmd, "calib-sequence-positions", 1, 4096)
 	intIn(cmd, "held-out-positions", 1, 4096)
 	intIn(cmd, "threads", 0, 1024)
 	floatIn(cmd, "mask-clip", -1e6, -1e-9)
@@ -128,6 +143,12 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	o := f.Options
 	o.Precision, o.Log = prec, cmd.ErrOrStderr()
 	o.ObserveGiven = cmd.Flags().Changed("observe")
+	if o.HeadroomTensors, err = parseHeadroomTensors(f.headroomTensors); err != nil {
+		return usagef("--headroom-tensor: %v", err)
+	}
+	if !cmd.Flags().Changed("headroom") && !cmd.Flags().Changed("headroom-tensor") {
+		o.HeadroomTensors = maps.Clone(qnn.HeadroomTensors)
+	}
 	// Every path the bundle reads is an input --out may not overlap,
 	// checked before any work: ONNX Runtime's library (--ort-lib or
 	// $SPARKCONV_ORT_LIB) included.
@@ -162,4 +183,21 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	}
 	b.WriteSummary(cmd.OutOrStdout(), f.Out, time.Since(start), true)
 	return nil
+}
+
+// parseHeadroomTensors reads --headroom-tensor's NAME=FACTOR pairs: each
+// factor a number from 1 to 64 (nil when none is given).
+func parseHeadroomTensors(kv map[string]string) (map[string]float64, error) {
+	if len(kv) == 0 {
+		return nil, nil
+	}
+	out := map[string]float64{}
+	for name, v := range kv {
+		h, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(h >= 1 && h <= 64) || name == "" {
+			return nil, fmt.Errorf("%s=%s: want NAME=FACTOR, a factor from 1 to 64", name, v)
+		}
+		out[name] = h
+	}
+	return out, nil
 }

@@ -125,7 +125,8 @@ func TestQNNBundleCommand(t *testing.T) {
 	}
 	// Text unlike the calibration's (zeros, numbers, CJK, nested JSON, one
 	// repeated word) beside three built-in samples, with the ranges as
-	// observed (--headroom 1): every layer's pooled SNR passes the bar and
+	// observed on one stream of calibration text (--headroom 1
+	// --calib-sequences 0): every layer's pooled SNR passes the bar and
 	// one sequence of a layer does not, so the bundle is refused by that
 	// sequence, and written with --force saying why.
 	var nums []string
@@ -137,7 +138,7 @@ func TestQNNBundleCommand(t *testing.T) {
 	os.WriteFile(odd, []byte(strings.Join(append(builtin, strings.Repeat("0", 400), strings.Join(nums, " "),
 		strings.Repeat("東京都の天気は晴れです。明日は雨が降るでしょう。", 10), strings.Repeat(`{"a":`, 60),
 		strings.Repeat("zzzzzzzzzzzzzzzzzzzzzzzzzz ", 40)), "\n---\n")+"\n"), 0o644)
-	oddArgs := []string{"qnn-bundle", "--model", model, "--export", export, "--precision", "w8a16", "--headroom", "1",
+	oddArgs := []string{"qnn-bundle", "--model", model, "--export", export, "--precision", "w8a16", "--headroom", "1", "--calib-sequences", "0",
 		"--positions", "4", "--observe", "32", "--held-out", "64", "--held-out-positions", "64", "--threads", "1", "--held-out-samples", odd}
 	stdout = mustRun(t, append(oddArgs, "--out", filepath.Join(dir, "odd"), "--force", "--json")...)
 	var ob qnnbundle.Bundle
