@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -126,6 +127,17 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	intIn(cmd, "threads", 0, 1024)
 	floatIn(cmd, "mask-clip", -1e6, -1e-9)
 	floatIn(cmd, "headroom", 1, 16)
+	checkedBy(cmd, "headroom-tensor", "NAME=FACTOR with a factor from 1 to 64", func(v string) error {
+		kv := map[string]string{}
+		if v = strings.TrimSuffix(strings.TrimPrefix(v, "["), "]"); v != "" {
+			for _, pair := range strings.Split(v, ",") {
+				name, factor, _ := strings.Cut(pair, "=")
+				kv[name] = factor
+			}
+		}
+		_, err := parseHeadroomTensors(kv)
+		return err
+	}, "mlp_act=0", "mlp_act=65", "mlp_act=x", "=2", "mlp_act=NaN")
 	rootCmd.AddCommand(cmd)
 }
 
