@@ -15,23 +15,7 @@ import (
 // the rope tables and the fixed mask; 8-bit activations and h = 1 keep the
 // observed ranges.
 func TestEncodingsHeadroom(t *testing.T) {
-	export := exporttest.Export(t, exporttest.Golden("spark-mini-tied"), onnxgraph.ExportOptions{Context: 24})
-	man, err := onnxgraph.ReadManifest(export)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var layer onnxgraph.GraphEntry
-	for _, e := range man.Graphs {
-		if e.Kind == onnxgraph.KindLayer {
-			layer = e
-			break
-		}
-	}
-	m, err := onnxio.ReadModelFile(filepath.Join(export, layer.File))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := NewEncodingPlan(m)
+	plan := miniLayerPlan(t)
 	observed := Ranges{}
 	for _, a := range plan.Acts {
 		observed[a] = [2]float64{-0.5, 1}
@@ -77,23 +61,7 @@ func TestEncodingsHeadroom(t *testing.T) {
 // takes that headroom in place of the default, the rest keep the default,
 // and a bounded tensor keeps its observed range even when named.
 func TestEncodingsWider(t *testing.T) {
-	export := exporttest.Export(t, exporttest.Golden("spark-mini-tied"), onnxgraph.ExportOptions{Context: 24})
-	man, err := onnxgraph.ReadManifest(export)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var layer onnxgraph.GraphEntry
-	for _, e := range man.Graphs {
-		if e.Kind == onnxgraph.KindLayer {
-			layer = e
-			break
-		}
-	}
-	m, err := onnxio.ReadModelFile(filepath.Join(export, layer.File))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan := NewEncodingPlan(m)
+	plan := miniLayerPlan(t)
 	plan.Wider = map[string]float64{"mlp_act": 8, "probs": 4, "hidden_out": 3}
 	observed := Ranges{}
 	for _, a := range plan.Acts {
@@ -123,4 +91,27 @@ func TestEncodingsWider(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("no encoding for %v", want)
 	}
+}
+
+// miniLayerPlan is the encoding plan of the first layer graph of the
+// golden mini model's export at context 24.
+func miniLayerPlan(t *testing.T) *EncodingPlan {
+	t.Helper()
+	export := exporttest.Export(t, exporttest.Golden("spark-mini-tied"), onnxgraph.ExportOptions{Context: 24})
+	man, err := onnxgraph.ReadManifest(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layer onnxgraph.GraphEntry
+	for _, e := range man.Graphs {
+		if e.Kind == onnxgraph.KindLayer {
+			layer = e
+			break
+		}
+	}
+	m, err := onnxio.ReadModelFile(filepath.Join(export, layer.File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewEncodingPlan(m)
 }

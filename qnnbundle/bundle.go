@@ -193,11 +193,10 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	return res, &qe, nil
 }
 
-// observe runs the graph on one sample and widens the range of every
-// activation of the plan, the mask clamped to its fixed range, and hands
-// every value to taps.
-func observe(g *onnxeval.Graph, plan *qnn.EncodingPlan, s Sample, fixed, r qnn.Ranges, taps ...func(string, onnxeval.Value)) error {
-	want := plan.ActSet()
+// feeds are a sample's graph inputs as onnxeval values, the inputs of
+// fixed (the attention mask) clamped to their ranges as calibration feeds
+// them.
+func feeds(s Sample, fixed qnn.Ranges) map[string]onnxeval.Value {
 	ins := map[string]onnxeval.Value{}
 	for name, t := range s.Feeds {
 		shape := make([]int, len(t.Shape))
@@ -210,7 +209,15 @@ func observe(g *onnxeval.Graph, plan *qnn.EncodingPlan, s Sample, fixed, r qnn.R
 		}
 		ins[name] = v
 	}
-	if _, err := g.Run(ins, func(name string, v onnxeval.Value) {
+	return ins
+}
+
+// observe runs the graph on one sample and widens the range of every
+// activation of the plan, the mask clamped to its fixed range, and hands
+// every value to taps.
+func observe(g *onnxeval.Graph, plan *qnn.EncodingPlan, s Sample, fixed, r qnn.Ranges, taps ...func(string, onnxeval.Value)) error {
+	want := plan.ActSet()
+	if _, err := g.Run(feeds(s, fixed), func(name string, v onnxeval.Value) {
 		if want[name] && v.F != nil {
 			r.Observe(name, v.F)
 		}

@@ -126,19 +126,7 @@ func Overflows(g *onnxeval.Graph, e onnxgraph.GraphEntry, enc *qnn.Encodings, he
 	}
 	scan := newOverflowScan(enc, skip)
 	err := held(func(s Sample) error {
-		ins := map[string]onnxeval.Value{}
-		for name, t := range s.Feeds {
-			shape := make([]int, len(t.Shape))
-			for i, d := range t.Shape {
-				shape[i] = int(d)
-			}
-			v := onnxeval.Value{Shape: shape, F: t.F32, I: t.I64}
-			if fr, ok := fixed[name]; ok {
-				v.F = clamp(t.F32, fr[0], fr[1])
-			}
-			ins[name] = v
-		}
-		_, err := g.Run(ins, func(name string, v onnxeval.Value) {
+		_, err := g.Run(feeds(s, fixed), func(name string, v onnxeval.Value) {
 			if v.F != nil {
 				scan.add(name, v.F, s.Seq, s.Pos)
 			}
