@@ -60,17 +60,18 @@ func spread(i, n, last int) int {
 	return (i*last + (n-1)/2) / (n - 1)
 }
 
-// Trace is the reference forward's record of a calibration stream: per
-// position the residual entering every layer and leaving the last, every
-// layer's key (after RoPE) and value, and the logits at the held-out
-// positions. The reference's prefill computes it (its per-position values
-// are the decode step's: forward's tests hold decode to prefill at 132 dB);
-// Samples then replays each layer's cache entry by entry in its graph's
-// layout and size, exactly the runtime's host loop.
+// Trace is the reference forward's record of one token sequence over a
+// part of the model (Stream.Traces: one graph's layers; NewTrace: all of
+// them): per position the residual entering each traced layer and leaving
+// the last, each traced layer's key (after RoPE) and value, and the
+// logits at the held positions when the trace reaches the head. Its
+// per-position values are the decode step's (forward's tests hold decode
+// to prefill at 132 dB); Samples replays each layer's cache entry by entry
+// in its graph's layout and size, exactly the runtime's host loop.
 type Trace struct {
 	ids       []int
-	hidden    [][]float32 // [L+1][T*H]
-	key, val  [][]float32 // [L][T*KV*D]
+	hidden    [][]float32 // [L+1][T*H], nil outside the trace
+	key, val  [][]float32 // [L][T*KV*D], nil outside the trace
 	logits    map[int][]float32
 	h, kvd    int
 	kvHeads   int
@@ -80,34 +81,19 @@ type Trace struct {
 	layers    int
 }
 
-// NewTrace runs ids through the reference (positions 0..len(ids)-1) and
-// keeps the logits of the held positions.
+// NewTrace runs ids through the whole reference (positions
+// 0..len(ids)-1) and keeps every layer and the logits of the held
+// positions.
 func NewTrace(ref *forward.Model, man *onnxgraph.Manifest, ids []int, held []int) (*Trace, error) {
-	if man.DType != "float32" {
-		return nil, fmt.Errorf("the export is %s: a QNN bundle starts from a float32 export (AIMET encodings describe the float graph)", man.DType)
-	}
-	if len(ids) == 0 || len(ids) > man.Context {
-		return nil, fmt.Errorf("%d calibration tokens: want 1..%d (the export's context)", len(ids), man.Context)
-	}
-	r, err := ref.Prefill(ids, forward.PrefillOptions{Dump: true, Logits: forward.NoLogits})
+	s, err := NewStream(ref, man, [][]int{ids}, [][]int{held}, func(int) string { return "the trace" })
 	if err != nil {
 		return nil, err
 	}
-	c := ref.Cfg
-	t := &Trace{ids: ids, hidden: append(r.HiddenIn, r.HiddenOut), key: r.Key, val: r.Value, logits: map[int][]float32{},
-		h: c.HiddenSize, kvd: c.KVDim(), kvHeads: c.NumKVHeads, headDim: c.HeadDim, context: man.Context,
-		maskValue: float32(man.MaskValue), layers: c.NumLayers}
-	for _, p := range held {
-		if p < 0 || p >= len(ids) {
-			return nil, fmt.Errorf("held-out position %d outside the %d tokens", p, len(ids))
-		}
-		l, err := ref.Logits(r.FinalNorm[p*c.HiddenSize:(p+1)*c.HiddenSize], 1)
-		if err != nil {
-			return nil, err
-		}
-		t.logits[p] = l
+	ts, err := s.trace(0, ref.Cfg.NumLayers-1, true)
+	if err != nil {
+		return nil, err
 	}
-	return t, nil
+	return ts[0], nil
 }
 
 func (t *Trace) hiddenAt(i, p int) []float32 {
@@ -140,6 +126,9 @@ func (t *Trace) Samples(e onnxgraph.GraphEntry, positions []int, want bool, fn f
 		lay := forward.Ring
 		if li.Layout == onnxgraph.LayoutRoll {
 			lay = forward.Roll
+		}
+		if t.key[li.Layer] == nil {
+			return fmt.Errorf("%s: layer %d is outside the trace", e.File, li.Layer)
 		}
 		caches[k] = forward.NewLayerCache(lay, t.kvHeads, t.headDim, li.CacheSlots)
 	}

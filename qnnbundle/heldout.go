@@ -78,8 +78,10 @@ type HeldOut struct {
 	Files []HeldOutFile
 	Seqs  []HeldOutSequence
 	ids   [][]int // each sequence's window of tokens
-	// traces and chunks (whole prefill chunks of the window), per
-	// sequence: set by trace.
+	// st advances the sequences through the reference (set by stream);
+	// traces are its traces of the graph at hand (set by at); chunks are
+	// the whole prefill chunks of each window.
+	st     *Stream
 	traces []*Trace
 	chunks [][]int
 }
@@ -154,24 +156,34 @@ func (h *HeldOut) Longest() int {
 	return n
 }
 
-// trace runs each sequence's window through the reference (its logits at
-// the scored positions kept) and lays out where each graph is scored: the
-// sequence's scored positions for a decode graph, and, for prefill graphs
-// of prefill tokens (0: none), every whole chunk of the window.
-func (h *HeldOut) trace(ref *forward.Model, man *onnxgraph.Manifest, prefill int) error {
+// stream starts the sequences' Stream through the reference (each
+// sequence's logits kept at its scored positions) and lays out where each
+// graph is scored: the sequence's scored positions for a decode graph,
+// and, for prefill graphs of prefill tokens (0: none), every whole chunk
+// of the window.
+func (h *HeldOut) stream(ref *forward.Model, man *onnxgraph.Manifest, prefill int) error {
 	h.traces, h.chunks = nil, nil
+	held := make([][]int, len(h.ids))
 	for i, ids := range h.ids {
-		t, err := NewTrace(ref, man, ids, h.Seqs[i].Positions)
-		if err != nil {
-			return fmt.Errorf("%s: held-out sample %d: %w", h.Seqs[i].Source, h.Seqs[i].Sample, err)
-		}
+		held[i] = h.Seqs[i].Positions
 		var chunks []int
 		for p := 0; prefill > 0 && p+prefill <= len(ids); p += prefill {
 			chunks = append(chunks, p)
 		}
-		h.traces, h.chunks = append(h.traces, t), append(h.chunks, chunks)
+		h.chunks = append(h.chunks, chunks)
 	}
-	return nil
+	var err error
+	h.st, err = NewStream(ref, man, h.ids, held, func(i int) string {
+		return fmt.Sprintf("%s: held-out sample %d", h.Seqs[i].Source, h.Seqs[i].Sample)
+	})
+	return err
+}
+
+// at advances the sequences' stream to graph e: samples then gives e's.
+func (h *HeldOut) at(e onnxgraph.GraphEntry) error {
+	var err error
+	h.traces, err = h.st.Traces(e)
+	return err
 }
 
 // samples is graph e's held-out samples, sequence after sequence, each

@@ -141,7 +141,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	calibPos, _ := SamplePositions(o.Positions, 0, len(ids)-1)
 	heldPos := ScoredPositions(o.HeldOutPositions, held.Longest())
 	pos := Positions{Calib: calibPos, Held: heldPos, Observe: ObservePositions(o.Observe, len(ids)-1, calibPos, nil)}
-	trace, err := NewTrace(ref, man, ids, nil)
+	trace, err := NewStream(ref, man, [][]int{ids}, nil, func(int) string { return "the calibration text" })
 	if err != nil {
 		return nil, err
 	}
@@ -149,11 +149,11 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if man.Prefill != nil {
 		prefill = man.Prefill.Tokens
 	}
-	if err := held.trace(ref, man, prefill); err != nil {
+	if err := held.stream(ref, man, prefill); err != nil {
 		return nil, err
 	}
 	if seqs != nil {
-		if err := seqs.trace(ref, man, prefill); err != nil {
+		if err := seqs.stream(ref, man, prefill); err != nil {
 			return nil, err
 		}
 	}
@@ -258,12 +258,12 @@ func (o Options) heldOut(b *Bundle, tok *tokenizer.Tokenizer, vocab, context int
 // dir, recording each in b (and in b.Simulation the lowest layer SNRs).
 // A prefill graph follows its decode graph, at the chunk starts ppos, tied
 // to the encodings the decode graph got.
-func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Trace, held, seqs *HeldOut, pos, ppos Positions) error {
+func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgraph.Manifest, trace *Stream, held, seqs *HeldOut, pos, ppos Positions) error {
 	graphs := onnxgraph.GraphOrder(man)
 	pre := onnxgraph.PrefillOf(man)
 	bar := progress.New(int64(len(man.AllGraphs())), "qnn-bundle", false)
 	var qdq, qdqPre []onnxgraph.GraphEntry
-	var calTime, simTime time.Duration
+	var traceTime, calTime, simTime time.Duration
 	type job struct {
 		e   onnxgraph.GraphEntry
 		pos Positions
@@ -282,7 +282,20 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 			return err
 		}
 		bar.Describe(e.File)
+		tt := time.Now()
+		cal, err := trace.Traces(e)
+		if err != nil {
+			return err
+		}
+		for _, h := range []*HeldOut{held, seqs} {
+			if h != nil {
+				if err := h.at(e); err != nil {
+					return err
+				}
+			}
+		}
 		t0 := time.Now()
+		traceTime += t0.Sub(tt)
 		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom, Wider: o.HeadroomTensors}
 		if seqs != nil {
 			ro.More, _ = seqs.samples(e)
@@ -300,7 +313,7 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 				}
 			}
 		}
-		res, qe, err := BundleGraph(o.Export, dir, trace, e, j.pos, o.Precision, ro)
+		res, qe, err := BundleGraph(o.Export, dir, cal[0], e, j.pos, o.Precision, ro)
 		if err != nil {
 			return err
 		}
@@ -339,6 +352,7 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	if err := WriteQDQManifest(dir, man, qdq, qdqPre); err != nil {
 		return err
 	}
+	b.Calibration.Seconds = round2(b.Calibration.Seconds + traceTime.Seconds())
 	b.Calibration.CalibrateSeconds = round2(calTime.Seconds())
 	b.Simulation = &BundleSimulation{Runtime: "ONNX Runtime " + ortrun.Version(), Optimize: SimOptimize,
 		Seconds: round2(simTime.Seconds()), BarDB: BarDB}
