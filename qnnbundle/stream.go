@@ -19,7 +19,7 @@ type Stream struct {
 	ref    *forward.Model
 	man    *onnxgraph.Manifest
 	ids    [][]int
-	held   [][]int     // per sequence: positions whose logits the head's trace keeps
+	held   [][]int // per sequence: positions whose logits the head's trace keeps
 	label  func(i int) string
 	x      [][]float32 // per sequence: the residual entering layer at
 	at     int
