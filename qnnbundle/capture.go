@@ -107,8 +107,10 @@ func (t *Trace) Samples(e onnxgraph.GraphEntry, positions []int, want bool, fn f
 	if e.Decode != "" {
 		return t.prefillSamples(e, positions, want, fn)
 	}
-	if !sort.IntsAreSorted(positions) {
-		return fmt.Errorf("positions not ascending")
+	for k := 1; k < len(positions); k++ {
+		if positions[k] <= positions[k-1] {
+			return fmt.Errorf("positions %v not strictly ascending", positions)
+		}
 	}
 	if len(positions) == 0 {
 		return nil
