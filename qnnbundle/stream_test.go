@@ -80,7 +80,7 @@ func TestStreamEqualsWholeTrace(t *testing.T) {
 					sameSamples(t, e.Name, got, want)
 				}
 			}
-			if _, err := whole[0].Collect(order[1], []int{2, 2}, false); err == nil || !strings.Contains(err.Error(), "not strictly ascending") {
+			if _, err := whole[0].Collect(order[2], []int{2, 2}, false); err == nil || !strings.Contains(err.Error(), "not strictly ascending") {
 				t.Errorf("a position twice: %v", err)
 			}
 			if _, err := st.Traces(order[1]); err == nil || !strings.Contains(err.Error(), "the stream stands at layer") {
