@@ -333,11 +333,46 @@ func (r Ranges) Observe(name string, data []float32) {
 	if old, ok := r[name]; ok {
 		lo, hi = old[0], old[1]
 	}
-	for _, v := range data {
-		f := float64(v)
-		lo, hi = math.Min(lo, f), math.Max(hi, f)
+	if len(data) > 0 {
+		dlo, dhi := minMax(data)
+		lo, hi = math.Min(lo, float64(dlo)), math.Max(hi, float64(dhi))
 	}
 	r[name] = [2]float64{lo, hi}
+}
+
+// minMax is data's least and greatest value (NaN when data holds one, as
+// math.Min and math.Max give), over four lanes: calibration observes every
+// activation of every graph run, and math.Min's sign-of-zero and NaN
+// branches per value cost more than the graph's arithmetic.
+func minMax(data []float32) (lo, hi float32) {
+	var l, h [4]float32
+	for k := range l {
+		l[k], h[k] = data[0], data[0]
+	}
+	nan := false
+	i := 0
+	for ; i+4 <= len(data); i += 4 {
+		for k := range 4 {
+			v := data[i+k]
+			if v < l[k] {
+				l[k] = v
+			}
+			if v > h[k] {
+				h[k] = v
+			}
+			nan = nan || v != v
+		}
+	}
+	for ; i < len(data); i++ {
+		v := data[i]
+		l[0], h[0] = min(l[0], v), max(h[0], v)
+		nan = nan || v != v
+	}
+	lo, hi = min(l[0], l[1], l[2], l[3]), max(h[0], h[1], h[2], h[3])
+	if nan {
+		return float32(math.NaN()), float32(math.NaN())
+	}
+	return lo, hi
 }
 
 // ParamAbsMax returns a constant's absolute maxima: per column of a
