@@ -37,6 +37,9 @@ type Encodings struct {
 	Params         []Encoding     `json:"param_encodings"`
 	QuantizerArgs  *QuantizerArgs `json:"quantizer_args,omitempty"`
 	ExcludedLayers []string       `json:"excluded_layers"`
+	// Policy is, per activation, how its range was chosen (Encodings);
+	// not part of the file.
+	Policy map[string]RangePolicy `json:"-"`
 }
 
 // QuantizerArgs records how the encodings were computed (informational for

@@ -30,10 +30,14 @@ func TestEncodingsHeadroom(t *testing.T) {
 		prec     Precision
 		headroom float64
 		want     [][2]float64 // per name
+		policy   []RangePolicy
 	}{
-		{Precisions[0], 2, [][2]float64{{-1, 2}, {-1, 2}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}}},
-		{Precisions[0], 1, [][2]float64{{-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}}},
-		{Precisions[2], 2, [][2]float64{{-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}}},
+		{Precisions[0], 2, [][2]float64{{-1, 2}, {-1, 2}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}},
+			[]RangePolicy{"min-max x2", "min-max x2", PolicyBounded, PolicyBounded, PolicyBounded, PolicyFixed}},
+		{Precisions[0], 1, [][2]float64{{-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}},
+			[]RangePolicy{PolicyMinMax, PolicyMinMax, PolicyBounded, PolicyBounded, PolicyBounded, PolicyFixed}},
+		{Precisions[2], 2, [][2]float64{{-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {-0.5, 1}, {MaskClip, 0}},
+			[]RangePolicy{PolicyMinMax, PolicyMinMax, PolicyMinMax, PolicyMinMax, PolicyMinMax, PolicyFixed}},
 	} {
 		enc, err := plan.Encodings(c.prec, observed, fixed, absmax, c.headroom)
 		if err != nil {
@@ -47,6 +51,9 @@ func TestEncodingsHeadroom(t *testing.T) {
 			e, ok := got[n]
 			if !ok {
 				t.Fatalf("no encoding for %s", n)
+			}
+			if p := enc.Policy[n]; p != c.policy[i] || p.Why() == "" {
+				t.Errorf("%s headroom %g: %s has policy %q (%q), want %q", c.prec.Name, c.headroom, n, p, p.Why(), c.policy[i])
 			}
 			lo, hi := e.MinMax(0)
 			step := float64(e.Scale[0])
@@ -77,12 +84,17 @@ func TestEncodingsWider(t *testing.T) {
 	}
 	want := map[string][2]float64{"layers.0/mlp_act": {-4, 8}, "layers.0/probs": {-0.5, 1}, "hidden_out": {-1.5, 3},
 		"hidden_in": {-1, 2}, "layers.0/mlp_out": {-1, 2}}
+	policy := map[string]RangePolicy{"layers.0/mlp_act": "min-max, own headroom x8", "layers.0/probs": PolicyBounded,
+		"hidden_out": "min-max, own headroom x3", "hidden_in": "min-max x2", "layers.0/mlp_out": "min-max x2"}
 	for _, a := range enc.Activations {
 		w, ok := want[a.Name]
 		if !ok {
 			continue
 		}
 		delete(want, a.Name)
+		if p := enc.Policy[a.Name]; p != policy[a.Name] || p.Why() == "" {
+			t.Errorf("%s has policy %q (%q), want %q", a.Name, p, p.Why(), policy[a.Name])
+		}
 		lo, hi := a.MinMax(0)
 		if step := float64(a.Scale[0]); math.Abs(lo-w[0]) > step || math.Abs(hi-w[1]) > step {
 			t.Errorf("%s encodes [%g, %g], want %v", a.Name, lo, hi, w)

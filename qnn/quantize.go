@@ -445,34 +445,55 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 		}
 		group[g] = rng
 	}
+	policy := map[string]RangePolicy{} // per group
+	for g := range group {
+		policy[g] = PolicyMinMax
+	}
 	if prec.ActBits == 16 {
-		keep := map[string]bool{}
+		keep := map[string]RangePolicy{}
 		for a := range p.bounded {
-			keep[p.find(a)] = true
+			keep[p.find(a)] = PolicyBounded
 		}
 		for g := range kv {
-			keep[g] = true // an 8-bit grid has no resolution to spare
+			keep[g] = PolicyKV // an 8-bit grid has no resolution to spare
 		}
 		h := map[string]float64{}
+		wider := map[string]bool{}
 		for _, a := range p.Acts {
 			g := p.find(a)
-			h[g] = math.Max(h[g], p.headroomOf(a, headroom))
+			ha := p.headroomOf(a, headroom)
+			if ha > h[g] {
+				h[g], wider[g] = ha, ha != headroom
+			}
 		}
 		for g, rng := range group {
-			if !keep[g] && h[g] > 1 {
+			switch {
+			case keep[g] != "":
+				policy[g] = keep[g]
+			case h[g] > 1:
 				group[g] = [2]float64{h[g] * rng[0], h[g] * rng[1]}
+				policy[g] = PolicyHeadroom.times(h[g])
+				if wider[g] {
+					policy[g] = PolicyTensorHeadroom.times(h[g])
+				}
 			}
 		}
 	}
+	for g := range kv {
+		policy[g] = PolicyKV
+	}
 	// A fixed range decides its whole group.
 	for a, rng := range fixed {
-		group[p.find(a)] = rng
+		group[p.find(a)], policy[p.find(a)] = rng, PolicyFixed
 	}
+	f.Policy = map[string]RangePolicy{}
 	for _, a := range p.Acts {
 		if table, ok := p.GatherOf[a]; ok {
 			f.Activations = append(f.Activations, paramEnc[table].Renamed(a))
+			f.Policy[a] = PolicyTable
 			continue
 		}
+		f.Policy[a] = policy[p.find(a)]
 		rng := group[p.find(a)]
 		if math.IsInf(rng[0], 0) || math.IsInf(rng[1], 0) || math.IsNaN(rng[0]) || math.IsNaN(rng[1]) {
 			return nil, fmt.Errorf("activation %s: range [%v, %v] is not finite", a, rng[0], rng[1])
@@ -484,6 +505,59 @@ func (p *EncodingPlan) Encodings(prec Precision, r Ranges, fixed Ranges, absmax 
 		f.Activations = append(f.Activations, AsymmetricEncoding(a, prec.ActBits, rng[0], rng[1]))
 	}
 	return f, nil
+}
+
+// RangePolicy is how Encodings chose an activation's range (a tie group's
+// members share their group's): its name, and "xH" for a headroom H.
+type RangePolicy string
+
+// The range policies; Why explains each.
+const (
+	// PolicyMinMax: the observed min-max, as it is (8-bit activations).
+	PolicyMinMax RangePolicy = "min-max"
+	// PolicyHeadroom: the observed min-max widened by the headroom.
+	PolicyHeadroom RangePolicy = "min-max x"
+	// PolicyTensorHeadroom: widened by the tensor's own headroom (Wider).
+	PolicyTensorHeadroom RangePolicy = "min-max, own headroom x"
+	// PolicyBounded: the observed min-max of a bounded op's output.
+	PolicyBounded RangePolicy = "min-max, bounded"
+	// PolicyKV: a symmetric KV-cache grid over the observed absolute max.
+	PolicyKV RangePolicy = "kv absmax"
+	// PolicyFixed: a range given rather than observed (the attention mask).
+	PolicyFixed RangePolicy = "fixed"
+	// PolicyTable: a Gather output takes its table's (parameter) encoding.
+	PolicyTable RangePolicy = "table"
+	// PolicyDecodeTie: a prefill graph's tensor takes its decode graph's
+	// encoding (qnnbundle's PrefillTies).
+	PolicyDecodeTie RangePolicy = "decode graph's"
+)
+
+func (r RangePolicy) times(h float64) RangePolicy {
+	return RangePolicy(fmt.Sprintf("%s%g", r, h))
+}
+
+// Why is the reason for the policy, in a sentence.
+func (r RangePolicy) Why() string {
+	s := string(r)
+	switch {
+	case r == PolicyMinMax:
+		return "the observed range as it is: an 8-bit grid has no resolution to spare (a 16-bit one at --headroom 1)"
+	case r == PolicyBounded:
+		return "the op bounds its output (Softmax, Sigmoid, the rope tables): no value can pass the observed range"
+	case r == PolicyKV:
+		return "the KV cache's 8-bit symmetric grid over the observed absolute maximum: an 8-bit grid has no resolution to spare"
+	case r == PolicyFixed:
+		return "given, not observed: the attention mask, whose empty slots saturate at the low end on purpose"
+	case r == PolicyDecodeTie:
+		return "a prefill graph shares the tensor with its decode graph (the KV cache, the residual): one encoding for both"
+	case r == PolicyTable:
+		return "a Gather output holds the table's values: it takes the table's encoding"
+	case strings.HasPrefix(s, string(PolicyTensorHeadroom)):
+		return "the tensor's own headroom (--headroom-tensor): text the calibration never saw drives it farthest past its observed range"
+	case strings.HasPrefix(s, string(PolicyHeadroom)):
+		return "the observed range widened by --headroom: room for text the calibration never saw, from a 16-bit grid's spare resolution"
+	}
+	return ""
 }
 
 // Headroom is qnn-bundle's default widening of 16-bit activation ranges

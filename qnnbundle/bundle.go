@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"sparkconv/infile"
@@ -68,6 +69,9 @@ type GraphResult struct {
 	// Tied counts the activation encodings taken from the decode graph
 	// (prefill graphs only).
 	Tied int `json:"tied_encodings,omitempty"`
+	// RangePolicies says how each activation's range was chosen: the
+	// graph's activations grouped by policy, with the reason.
+	RangePolicies []RangePolicies `json:"range_policies"`
 	// Search is the weight search's record (precisions with Search).
 	Search *WeightSearch `json:"weight_search,omitempty"`
 	// Overflows are the activation tensors whose held-out values went
@@ -110,6 +114,32 @@ type RangeOptions struct {
 	// decode graph's parameter encodings, which its weights take as they
 	// are (no search of its own).
 	Params map[string]qnn.Encoding
+}
+
+// RangePolicies are the activations whose range one policy chose
+// (qnn.RangePolicy), and why.
+type RangePolicies struct {
+	Policy  qnn.RangePolicy `json:"policy"`
+	Why     string          `json:"why"`
+	Tensors []string        `json:"tensors"`
+}
+
+// policies groups enc's activations by policy, in policy order, each
+// group's tensors in the file's order.
+func policies(enc *qnn.Encodings) []RangePolicies {
+	at := map[qnn.RangePolicy]int{}
+	var out []RangePolicies
+	for _, a := range enc.Activations {
+		p := enc.Policy[a.Name]
+		k, ok := at[p]
+		if !ok {
+			k, at[p] = len(out), len(out)
+			out = append(out, RangePolicies{Policy: p, Why: p.Why()})
+		}
+		out[k].Tensors = append(out[k].Tensors, a.Name)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Policy < out[j].Policy })
+	return out
 }
 
 // BundleGraph calibrates one graph of the export in dir on the trace and
@@ -176,7 +206,8 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		return nil, nil, err
 	}
 	res := &GraphResult{Name: e.Name, Dir: e.Name + ".aimet", Samples: len(calib), Observed: len(pos.Observe), Held: len(pos.Held),
-		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns), Tied: tied, Search: searched}
+		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns), Tied: tied, Search: searched,
+		RangePolicies: policies(enc)}
 	if err := res.write(out, src, externalFile(dir, e), e, enc, calib); err != nil {
 		return nil, nil, err
 	}

@@ -274,6 +274,13 @@ func TestBuildHeldOutSequences(t *testing.T) {
 			t.Errorf("%s: worst position %d of sequence %d", name, r.WorstPos, r.WorstPosSeq)
 		}
 		t.Logf("%s: pooled %.1f dB, worst sequence %.1f dB (%d), worst position %.1f dB (%d of %d)", name, *r.SNR, *r.SNRWorstSeq, r.WorstSeq, *r.SNRWorst, r.WorstPos, r.WorstPosSeq)
+		n := policyCount(t, name, r, readEnc(t, out, name))
+		switch {
+		case name == "embed" && n[qnn.PolicyTable] != 1:
+			t.Errorf("embed: range policies %v, want its Gather output under %q", n, qnn.PolicyTable)
+		case strings.HasPrefix(name, "layer") && (n[qnn.PolicyFixed] != 1 || n["min-max x2"] == 0 || n[qnn.PolicyBounded] == 0):
+			t.Errorf("%s: range policies %v, want the mask fixed, bounded outputs and the rest at x2", name, n)
+		}
 	}
 	if v, _ := bu.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq }); bu.Simulation.MinSeqSNR != v || bu.Simulation.MinSeqGraph == "" {
 		t.Errorf("simulation %+v", bu.Simulation)

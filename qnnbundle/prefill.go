@@ -185,6 +185,7 @@ func applyTies(enc *qnn.Encodings, plan *qnn.EncodingPlan, tie map[string]qnn.En
 	for i, a := range enc.Activations {
 		if e, ok := byGroup[plan.Group(a.Name)]; ok {
 			enc.Activations[i] = e.Renamed(a.Name)
+			enc.Policy[a.Name] = qnn.PolicyDecodeTie
 			n++
 		}
 	}

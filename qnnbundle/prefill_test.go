@@ -79,6 +79,9 @@ func TestBundlePrefill(t *testing.T) {
 		if len(tie) < len(pg.Inputs)+len(pg.Outputs)-1 || res.Tied < len(tie) {
 			t.Errorf("%s: %d shared tensors, %d tied encodings", pg.Name, len(tie), res.Tied)
 		}
+		if n := policyCount(t, pg.Name, res, pe)[qnn.PolicyDecodeTie]; n != res.Tied {
+			t.Errorf("%s: %d tensors with the decode graph's policy, %d tied encodings", pg.Name, n, res.Tied)
+		}
 		for name, want := range tie {
 			if got, _ := findEnc(pe.Activations, name); !got.Same(want) {
 				t.Errorf("%s %s: %+v, the decode graph's %+v", pg.Name, name, got, want)
@@ -108,4 +111,34 @@ func TestBundlePrefill(t *testing.T) {
 	if err != nil || qman.Prefill == nil || len(qman.Prefill.Graphs) != len(man.Prefill.Graphs) {
 		t.Fatalf("QDQ manifest: %v %+v", err, qman)
 	}
+}
+
+// policyCount checks a graph's range_policies name each of its activation
+// encodings exactly once, each policy with its reason, and counts them by
+// policy.
+func policyCount(t *testing.T, graph string, res *GraphResult, enc *qnn.Encodings) map[qnn.RangePolicy]int {
+	t.Helper()
+	seen := map[string]bool{}
+	n := map[qnn.RangePolicy]int{}
+	for _, g := range res.RangePolicies {
+		if g.Why == "" || len(g.Tensors) == 0 || n[g.Policy] > 0 {
+			t.Errorf("%s: range policy %+v", graph, g)
+		}
+		for _, name := range g.Tensors {
+			if seen[name] {
+				t.Errorf("%s: %s under two range policies", graph, name)
+			}
+			seen[name] = true
+		}
+		n[g.Policy] += len(g.Tensors)
+	}
+	for _, a := range enc.Activations {
+		if !seen[a.Name] {
+			t.Errorf("%s: activation %s under no range policy", graph, a.Name)
+		}
+	}
+	if len(seen) != len(enc.Activations) || len(seen) != res.Activations {
+		t.Errorf("%s: %d tensors under range policies, %d activation encodings", graph, len(seen), len(enc.Activations))
+	}
+	return n
 }
