@@ -227,3 +227,146 @@ func tensorFloat32(t *onnxpb.TensorProto) ([]float32, error) {
 	}
 	return out, nil
 }
+
+// FoldWeights replaces each weight's DequantizeLinear in a QDQ graph (a
+// node whose inputs are all initializers: QDQModel's int8 or int16 codes,
+// scale and zero point) by its output, a float32 initializer holding
+// float32(q - zero_point) * scale, what DequantizeLinear computes. The
+// activations keep their QuantizeLinear/DequantizeLinear pairs. ONNX
+// Runtime does not fold a DequantizeLinear itself, so a graph as written
+// dequantizes every weight at every step; folded, it runs the same graph
+// on float weights (on the 1.7B shape's layer graph, 117 against 8.6 ms a
+// step), its sums in the order of a prepacked constant weight
+// (TestFoldWeightsSameGraph). It returns how many nodes it folded.
+func FoldWeights(m *onnxpb.ModelProto) (int, error) {
+	g := m.GetGraph()
+	inits := map[string]*onnxpb.TensorProto{}
+	for _, t := range g.GetInitializer() {
+		inits[t.GetName()] = t
+	}
+	used := map[string]int{}
+	for _, n := range g.GetNode() {
+		for _, in := range n.GetInput() {
+			used[in]++
+		}
+	}
+	var nodes []*onnxpb.NodeProto
+	drop := map[string]bool{}
+	folded := 0
+	for _, n := range g.GetNode() {
+		w, ok, err := foldDequantize(n, inits)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", n.GetName(), err)
+		}
+		if !ok {
+			nodes = append(nodes, n)
+			continue
+		}
+		g.Initializer = append(g.Initializer, w)
+		for _, in := range n.GetInput() {
+			if used[in]--; used[in] == 0 {
+				drop[in] = true
+			}
+		}
+		folded++
+	}
+	g.Node = nodes
+	var keep []*onnxpb.TensorProto
+	for _, t := range g.Initializer {
+		if !drop[t.GetName()] {
+			keep = append(keep, t)
+		}
+	}
+	g.Initializer = keep
+	return folded, nil
+}
+
+// foldDequantize computes a DequantizeLinear of initializers (ok false
+// for any other node).
+func foldDequantize(n *onnxpb.NodeProto, inits map[string]*onnxpb.TensorProto) (*onnxpb.TensorProto, bool, error) {
+	if n.GetOpType() != "DequantizeLinear" || len(n.GetInput()) != 3 {
+		return nil, false, nil
+	}
+	q, s, z := inits[n.Input[0]], inits[n.Input[1]], inits[n.Input[2]]
+	if q == nil || s == nil || z == nil {
+		return nil, false, nil
+	}
+	codes, err := intValues(q)
+	if err != nil {
+		return nil, false, err
+	}
+	zero, err := intValues(z)
+	if err != nil {
+		return nil, false, err
+	}
+	scale, err := tensorFloat32(s)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(scale) != len(zero) || len(scale) == 0 {
+		return nil, false, fmt.Errorf("%d scales, %d zero points", len(scale), len(zero))
+	}
+	cols := 1 // per tensor
+	if len(scale) > 1 {
+		// QDQModel's per-channel weights: the last axis.
+		d := q.GetDims()
+		if len(d) == 0 || d[len(d)-1] != int64(len(scale)) || len(codes)%len(scale) != 0 {
+			return nil, false, fmt.Errorf("%d channel scales for dims %v", len(scale), d)
+		}
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "axis" && a.GetI() != int64(len(d)-1) && a.GetI() != -1 {
+				return nil, false, fmt.Errorf("per-channel axis %d of dims %v (the last axis is folded)", a.GetI(), d)
+			}
+		}
+		cols = len(scale)
+	}
+	w := make([]float32, len(codes))
+	for i, c := range codes {
+		k := i % cols
+		w[i] = float32(c-zero[k]) * scale[k]
+	}
+	return floatTensor(n.Output[0], q.GetDims(), w), true, nil
+}
+
+// intValues reads an int8, uint8, int16 or uint16 initializer's raw data.
+func intValues(t *onnxpb.TensorProto) ([]int32, error) {
+	raw := t.GetRawData()
+	out := make([]int32, 0, len(raw))
+	switch onnxpb.TensorProto_DataType(t.GetDataType()) {
+	case onnxpb.TensorProto_INT8:
+		for _, b := range raw {
+			out = append(out, int32(int8(b)))
+		}
+	case onnxpb.TensorProto_UINT8:
+		for _, b := range raw {
+			out = append(out, int32(b))
+		}
+	case onnxpb.TensorProto_INT16, onnxpb.TensorProto_UINT16:
+		if len(raw)%2 != 0 {
+			return nil, fmt.Errorf("%s: %d raw bytes of 16-bit values", t.GetName(), len(raw))
+		}
+		signed := t.GetDataType() == int32(onnxpb.TensorProto_INT16)
+		for i := 0; i < len(raw); i += 2 {
+			v := binary.LittleEndian.Uint16(raw[i:])
+			if signed {
+				out = append(out, int32(int16(v)))
+			} else {
+				out = append(out, int32(v))
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%s: element type %d is not folded", t.GetName(), t.GetDataType())
+	}
+	if n := numel(t.GetDims()); len(out) != n {
+		return nil, fmt.Errorf("%s: %d values for dims %v", t.GetName(), len(out), t.GetDims())
+	}
+	return out, nil
+}
+
+func numel(dims []int64) int {
+	n := 1
+	for _, d := range dims {
+		n *= int(d)
+	}
+	return n
+}

@@ -6,8 +6,11 @@ import (
 
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
+	"sparkconv/onnxio"
 	"sparkconv/ortrun"
 	"sparkconv/quant"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // SimResult is one QDQ graph's agreement with the float32 reference on the
@@ -134,7 +137,7 @@ func (a *seqSNR) result(n int) (r SimResult) {
 }
 
 func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, sequences, threads int) (SimResult, error) {
-	s, err := ortrun.OpenSession(path, ortrun.SessionOptions{Threads: threads, Optimize: SimOptimize})
+	s, err := openFolded(path, ortrun.SessionOptions{Threads: threads, Optimize: SimOptimize})
 	if err != nil {
 		return SimResult{}, err
 	}
@@ -195,4 +198,31 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, sequences,
 		r.Top1 = &t
 	}
 	return r, nil
+}
+
+// openFolded opens the QDQ graph at path in ONNX Runtime with its weights'
+// DequantizeLinear folded (FoldWeights: the same graph, without
+// dequantizing every weight at every step); a graph whose folded form
+// passes protobuf's 2 GiB is opened as written.
+func openFolded(path string, opt ortrun.SessionOptions) (*ortrun.Session, error) {
+	m, err := onnxio.ReadModelWithData(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := FoldWeights(m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if proto.Size(m) >= math.MaxInt32 {
+		return ortrun.OpenSession(path, opt)
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	m = nil
+	s, err := ortrun.NewSession(b, opt)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
 }
