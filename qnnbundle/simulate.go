@@ -3,14 +3,15 @@ package qnnbundle
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
 
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/ortrun"
 	"sparkconv/quant"
-
-	"google.golang.org/protobuf/proto"
 )
 
 // SimResult is one QDQ graph's agreement with the float32 reference on the
@@ -202,8 +203,9 @@ func simulateGraph(path string, e onnxgraph.GraphEntry, held Samples, sequences,
 
 // openFolded opens the QDQ graph at path in ONNX Runtime with its weights'
 // DequantizeLinear folded (FoldWeights: the same graph, without
-// dequantizing every weight at every step); a graph whose folded form
-// passes protobuf's 2 GiB is opened as written.
+// dequantizing every weight at every step). The folded graph goes through
+// a file beside path, removed once the session holds it, so that a
+// 1 GB table is not held by this process and by ONNX Runtime at once.
 func openFolded(path string, opt ortrun.SessionOptions) (*ortrun.Session, error) {
 	m, err := onnxio.ReadModelWithData(path)
 	if err != nil {
@@ -212,17 +214,16 @@ func openFolded(path string, opt ortrun.SessionOptions) (*ortrun.Session, error)
 	if _, err := FoldWeights(m); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if proto.Size(m) >= math.MaxInt32 {
-		return ortrun.OpenSession(path, opt)
-	}
-	b, err := proto.Marshal(m)
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".folded-")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, filepath.Base(path))
+	if _, err := onnxio.WriteFile(tmp, onnxio.Model{Proto: m}, onnxio.WriteOptions{}); err != nil {
+		return nil, fmt.Errorf("%s folded: %w", path, err)
 	}
 	m = nil
-	s, err := ortrun.NewSession(b, opt)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return s, nil
+	debug.FreeOSMemory()
+	return ortrun.OpenSession(tmp, opt)
 }
