@@ -190,7 +190,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	}
 	var searched *WeightSearch
 	if opt.Params == nil {
-		if searched, err = search.apply(g, prec.WeightBits, absmax); err != nil {
+		if searched, err = search.apply(g, prec, absmax); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 		}
 	}
@@ -199,6 +199,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
+	search.setBlocks(enc)
 	tied := applyTies(enc, plan, opt.Tie)
 	tieParams(enc, opt.Params)
 	calib, err := t.Collect(e, pos.Calib, false)
