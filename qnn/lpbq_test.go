@@ -130,15 +130,18 @@ func fullErr(w, deq []float32, k, n int, h []float64) float64 {
 }
 
 // TestSearchBlocks: the chosen grid errs no more than AIMET's min-max LPBQ
-// grid on every weight, Err is what the grid written gives, and blocks of
-// 32 beat the per-channel search in the full H-weighted error.
+// grid on every weight, Err is what the grid written gives, the refinement
+// errs no more than the grid it starts from, and blocks of 32 beat the
+// per-channel search in the full H-weighted error.
 func TestSearchBlocks(t *testing.T) {
 	for _, c := range []struct {
 		k, n, rows, block int
 		seed              uint64
-	}{{64, 8, 256, 32, 1}, {128, 24, 64, 32, 2}, {128, 5, 512, 64, 3}} {
+		refine            bool
+	}{{64, 8, 256, 32, 1, false}, {128, 24, 64, 32, 2, false}, {128, 5, 512, 64, 3, false},
+		{64, 8, 256, 32, 1, true}, {128, 24, 64, 32, 2, true}, {128, 5, 512, 64, 3, true}} {
 		w, h := searchCase(c.k, c.n, c.rows, c.seed)
-		res := SearchBlocks(w, c.k, c.n, h, c.block)
+		res := SearchBlocks(w, c.k, c.n, h, c.block, c.refine)
 		s := res.Scales
 		if s.K != c.k || s.N != c.n || len(s.Scale) != c.n || len(s.Int) != c.n*c.k/c.block {
 			t.Fatalf("%+v: shapes %+v", c, s)
@@ -155,6 +158,12 @@ func TestSearchBlocks(t *testing.T) {
 			t.Errorf("%+v: error %g above min-max's %g", c, res.Err, res.AbsmaxErr)
 		}
 		got := blockDiagErr(w, s.Dequantize(w), c.k, c.n, h, c.block)
+		if c.refine {
+			got = fullErr(w, s.Dequantize(w), c.k, c.n, h)
+			if plain := SearchBlocks(w, c.k, c.n, h, c.block, false).Scales; got > fullErr(w, plain.Dequantize(w), c.k, c.n, h) {
+				t.Errorf("%+v: refined error %g above the unrefined grid's", c, got)
+			}
+		}
 		if math.Abs(got-res.Err) > 1e-6*res.Err {
 			t.Errorf("%+v: Err %g, the written grid gives %g", c, res.Err, got)
 		}
@@ -207,5 +216,46 @@ func TestLintLPBQ(t *testing.T) {
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
 			t.Errorf("%s: errors %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// TestSolveBlocks: the solved weights lie on the LPBQ grid (Dequantize
+// gives them back) and err less in the H-weighted output error than the
+// grid's round to nearest, on inputs whose channels are correlated.
+func TestSolveBlocks(t *testing.T) {
+	for _, c := range []struct {
+		k, n, rows int
+		seed       uint64
+	}{{128, 16, 512, 4}, {256, 8, 1024, 5}} {
+		w, h := searchCase(c.k, c.n, c.rows, c.seed)
+		// Correlate neighbouring input channels: x'_r = x_r + x_{r+1}.
+		hc := make([]float64, c.k*c.k)
+		at := func(a, b int) float64 {
+			if a >= c.k || b >= c.k {
+				return 0
+			}
+			return h[a*c.k+b]
+		}
+		for a := range c.k {
+			for b := range c.k {
+				hc[a*c.k+b] = at(a, b) + at(a+1, b) + at(a, b+1) + at(a+1, b+1)
+			}
+		}
+		s := SearchBlocks(w, c.k, c.n, hc, 64, false).Scales
+		solved, err := SolveBlocks(w, hc, s, SolveDamp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := s.Dequantize(solved)
+		for i := range solved {
+			if back[i] != solved[i] {
+				t.Fatalf("%+v: solved weight %d = %v is off the grid (%v)", c, i, solved[i], back[i])
+			}
+		}
+		rtn, gptq := fullErr(w, s.Dequantize(w), c.k, c.n, hc), fullErr(w, solved, c.k, c.n, hc)
+		if gptq >= rtn {
+			t.Errorf("%+v: solved error %g, round to nearest %g", c, gptq, rtn)
+		}
+		t.Logf("%+v: round to nearest %.4g, solved %.4g (%.2f dB)", c, rtn, gptq, 10*math.Log10(rtn/gptq))
 	}
 }

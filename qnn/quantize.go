@@ -28,6 +28,10 @@ type Precision struct {
 	// scale per block under a float scale per output channel) in place of
 	// per-channel ones.
 	Block int
+	// Solve chooses the codes of the LPBQ weights on their grid by GPTQ's
+	// solve (SolveBlocks) instead of rounding to nearest; the bundle's
+	// graphs then hold the solved weights, on the grid.
+	Solve bool
 }
 
 // Precisions are the recipes qnn-bundle writes (qai-hub-models' Precision
@@ -42,7 +46,7 @@ var Precisions = []Precision{
 	{Name: "w16a16", WeightBits: 16, ActBits: 16},
 	{Name: "w8a8", WeightBits: 8, ActBits: 8},
 	{Name: "w4a16", WeightBits: 4, ActBits: 16, HeadBits: 8, KVBits: 8, EmbedBits: 16, Search: true},
-	{Name: "w4a16-lpbq", WeightBits: 4, ActBits: 16, HeadBits: 8, KVBits: 8, EmbedBits: 16, Search: true, Block: LPBQBlock},
+	{Name: "w4a16-lpbq", WeightBits: 4, ActBits: 16, HeadBits: 8, KVBits: 8, EmbedBits: 16, Search: true, Block: LPBQBlock, Solve: true},
 }
 
 // ParsePrecision returns the named recipe.

@@ -10,7 +10,8 @@ import (
 type BlockSearch struct {
 	Scales BlockScales
 	// Err and AbsmaxErr are the block-diagonal H-weighted errors summed
-	// over the blocks, Σ_b (w_b - ŵ_b)ᵀ H_bb (w_b - ŵ_b), for the chosen
+	// over the blocks, Σ_b (w_b - ŵ_b)ᵀ H_bb (w_b - ŵ_b) (with refine the
+	// full ones, Σ_j (w_j - ŵ_j)ᵀ H (w_j - ŵ_j)), for the chosen
 	// grid and for AIMET's min-max LPBQ grid (each block's absolute maximum
 	// over 7, compressed as lpbq_utils.grouped_dynamic_quantize does:
 	// channel scale = largest block scale / 16, integer scale = round(block
@@ -40,7 +41,14 @@ const (
 // tried on the exact LPBQ grid and the best kept, and each channel keeps
 // the channel scale whose blocks err least. AIMET's min-max grid is among
 // the grids tried, so Err is never above AbsmaxErr.
-func SearchBlocks(w []float32, k, n int, h []float64, block int) BlockSearch {
+//
+// With refine, a pass of coordinate descent over the blocks then rechooses
+// each block's integer scale by its channel's full H-weighted error, the
+// cross-block terms included (refine), and Err and AbsmaxErr are the full
+// errors (w_j - ŵ_j)ᵀ H (w_j - ŵ_j) summed over the channels; a channel
+// whose result errs more than AIMET's min-max grid takes AIMET's, so Err
+// is again never above AbsmaxErr.
+func SearchBlocks(w []float32, k, n int, h []float64, block int, refine bool) BlockSearch {
 	s := &blockSearcher{w: w, k: k, n: n, h: h, block: block, nb: k / block}
 	s.init()
 	free := s.searchFree()
@@ -58,6 +66,9 @@ func SearchBlocks(w []float32, k, n int, h []float64, block int) BlockSearch {
 		}
 	}
 	res.Err = sum(best.errs)
+	if refine {
+		res.Err, res.AbsmaxErr = s.refine(best, aimetPC, aimet)
+	}
 	res.Scales = BlockScales{K: k, N: n, Block: block, CompressedBW: lpbqCompressedBW, BW: lpbqBW, Scale: best.pc, Int: make([]int32, n*s.nb)}
 	var clips float64
 	for b := range s.nb {
@@ -138,8 +149,15 @@ func (s *blockSearcher) evalFree(sc []float32) []float64 {
 // evalLPBQ is every block's error on the LPBQ grid of channel scales pc
 // and integer scales ints [nb][n], dequantized as BlockScales does.
 func (s *blockSearcher) evalLPBQ(pc []float32, ints []int32) []float64 {
-	kernels.Parallel(s.k, func(r0, r1 int) {
-		for r := r0; r < r1; r++ {
+	s.fillLPBQ(pc, ints, 0, s.k)
+	return s.blockErrs()
+}
+
+// fillLPBQ sets rows lo..hi of s.e to w - ŵ on the LPBQ grid of channel
+// scales pc and integer scales ints [nb][n].
+func (s *blockSearcher) fillLPBQ(pc []float32, ints []int32, lo, hi int) {
+	kernels.Parallel(hi-lo, func(r0, r1 int) {
+		for r := lo + r0; r < lo+r1; r++ {
 			row := (r / s.block) * s.n
 			for j := range s.n {
 				v, i := s.w[r*s.n+j], ints[row+j]
@@ -148,7 +166,6 @@ func (s *blockSearcher) evalLPBQ(pc []float32, ints []int32) []float64 {
 			}
 		}
 	})
-	return s.blockErrs()
 }
 
 // searchFree searches each block's float scale c absmax/7 over c = 1.00 ..
@@ -270,4 +287,92 @@ func sum(v []float64) float64 {
 		t += x
 	}
 	return t
+}
+
+// refine passes once over the blocks in order, choosing each block's
+// integer scale (1..16, the channel scales kept) by the full H-weighted
+// error of its channel with the other blocks' errors as they stand
+// (coordinate descent: no channel's error rises). Each channel then keeps
+// the refined grid or AIMET's min-max one (pc0, ints0), whichever errs
+// less in full. It returns the full errors of the result and of AIMET's
+// grid, Σ_j (w_j - ŵ_j)ᵀ H (w_j - ŵ_j).
+func (s *blockSearcher) refine(c lpbqChoice, pc0 []float32, ints0 []int32) (float64, float64) {
+	k, n, bs := s.k, s.n, s.block
+	aimetErr := s.fullErrs(pc0, ints0)
+	s.fillLPBQ(c.pc, c.ints, 0, k)
+	d := append([]float64(nil), s.e...)
+	g := make([]float64, k*n)
+	kernels.Dgemm(false, false, k, n, k, 1, s.h, k, d, n, 0, g, n)
+	cross, hd := make([]float64, bs*n), make([]float64, bs*n)
+	bestF, cur := make([]float64, n), make([]float64, n)
+	try := make([]int32, s.nb*n)
+	copy(try, c.ints)
+	for b := range s.nb {
+		r0 := b * bs
+		db := d[r0*n : (r0+bs)*n]
+		kernels.Dgemm(false, false, bs, n, bs, 1, s.h[r0*k+r0:], k, db, n, 0, hd, n)
+		for x := range cross {
+			cross[x] = g[r0*n+x] - hd[x]
+		}
+		s.blockObjective(db, hd, cross, bestF)
+		for i := int32(1); i <= lpbqIntTop; i++ {
+			for j := range n {
+				try[b*n+j] = i
+			}
+			s.fillLPBQ(c.pc, try, r0, r0+bs)
+			eb := s.e[r0*n : (r0+bs)*n]
+			kernels.Dgemm(false, false, bs, n, bs, 1, s.h[r0*k+r0:], k, eb, n, 0, hd, n)
+			s.blockObjective(eb, hd, cross, cur)
+			for j := range n {
+				if cur[j] < bestF[j] {
+					bestF[j], c.ints[b*n+j] = cur[j], i
+				}
+			}
+		}
+		copy(try[b*n:(b+1)*n], c.ints[b*n:(b+1)*n])
+		s.fillLPBQ(c.pc, try, r0, r0+bs)
+		delta := hd // reused: the change of block b's error
+		for x := range delta {
+			delta[x] = s.e[r0*n+x] - db[x]
+		}
+		kernels.Dgemm(false, false, k, n, bs, 1, s.h[r0:], k, delta, n, 1, g, n)
+		copy(db, s.e[r0*n:(r0+bs)*n])
+	}
+	refined := s.fullErrs(c.pc, c.ints)
+	var total, total0 float64
+	for j := range n {
+		total0 += aimetErr[j]
+		if aimetErr[j] < refined[j] {
+			refined[j] = aimetErr[j]
+			c.pc[j] = pc0[j]
+			for b := range s.nb {
+				c.ints[b*n+j] = ints0[b*n+j]
+			}
+		}
+		total += refined[j]
+	}
+	return total, total0
+}
+
+// blockObjective is per channel d_bᵀ (H_bb d_b + 2 cross): block b's part
+// of the channel's full error, less what does not depend on d_b.
+func (s *blockSearcher) blockObjective(db, hd, cross []float64, out []float64) {
+	clear(out)
+	for r := range s.block {
+		for j := range s.n {
+			x := r*s.n + j
+			out[j] += db[x] * (hd[x] + 2*cross[x])
+		}
+	}
+}
+
+// fullErrs is per channel (w_j - ŵ_j)ᵀ H (w_j - ŵ_j) on the LPBQ grid.
+func (s *blockSearcher) fullErrs(pc []float32, ints []int32) []float64 {
+	s.fillLPBQ(pc, ints, 0, s.k)
+	kernels.Dgemm(false, false, s.k, s.n, s.k, 1, s.h, s.k, s.e, s.n, 0, s.he, s.n)
+	out := make([]float64, s.n)
+	for x, v := range s.e {
+		out[x%s.n] += v * s.he[x]
+	}
+	return out
 }

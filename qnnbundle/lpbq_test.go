@@ -18,10 +18,11 @@ import (
 // TestBundleW4A16LPBQ bundles the tiny model's export at w4a16-lpbq: every
 // layer MatMul weight gets an LPBQ entry (4-bit codes in blocks of 64
 // input rows, bw 8, integer scales in 1..16) that lints clean, the head
-// stays 8-bit per channel and the table 16-bit; the QDQ graph holds
-// exactly the codes the entry describes (int8 q x int scale, dequantized
-// per channel), the prefill graphs take the decode graphs' entries, and
-// every layer simulates above the per-channel w4a16 build.
+// stays 8-bit per channel and the table 16-bit; the bundled graphs hold
+// the solved weights, on their grids, and the QDQ graph exactly the codes
+// the entry describes (int8 q x int scale, dequantized per channel); the
+// prefill graphs take the decode graphs' entries and weights, and every
+// layer simulates above the per-channel w4a16 build.
 func TestBundleW4A16LPBQ(t *testing.T) {
 	orttest.Init(t)
 	model := fixturestest.Tiny(t, false)
@@ -88,15 +89,16 @@ func TestBundleW4A16LPBQ(t *testing.T) {
 					t.Errorf("%s parameter %s: not the decode graph's grid", e.Name, p.Name)
 				}
 			}
-		} else if e.Kind == onnxgraph.KindLayer && (res.Search == nil || res.Search.Blocked != 8 || !(res.Search.GainDB > 0)) {
+		} else if e.Kind == onnxgraph.KindLayer && (res.Search == nil || res.Search.Blocked != 8 || res.Search.Solved != 8 || !(res.Search.GainDB > 0)) {
 			t.Errorf("%s: weight search %+v, want 8 LPBQ weights and a positive gain over min-max LPBQ", e.Name, res.Search)
 		}
 	}
 }
 
-// checkLPBQCodes holds the QDQ graph's stored weight to the LPBQ entry:
-// its int8 codes are qnn.BlockScales' codes of the float weight, and its
-// scales the entry's channel scales.
+// checkLPBQCodes holds the bundled graph's weight and the QDQ graph's
+// stored one to the LPBQ entry: the bundled weight lies on the grid (it
+// is GPTQ's solved weight), the QDQ graph's int8 codes are
+// qnn.BlockScales' codes of it, and its scales the entry's channel scales.
 func checkLPBQCodes(t *testing.T, src, qdq *onnxpb.ModelProto, e qnn.Encoding) {
 	t.Helper()
 	var w []float32
@@ -116,6 +118,11 @@ func checkLPBQCodes(t *testing.T, src, qdq *onnxpb.ModelProto, e qnn.Encoding) {
 		t.Fatal(err)
 	}
 	want := bs.Dequantize(w)
+	for i := range w {
+		if want[i] != w[i] {
+			t.Fatalf("%s[%d]: the bundled weight %v is off its LPBQ grid (%v): not the solved weights", e.Name, i, w[i], want[i])
+		}
+	}
 	var codes []byte
 	var scale []float32
 	for _, in := range qdq.GetGraph().GetInitializer() {

@@ -6,6 +6,7 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/onnxeval"
+	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
 	"sparkconv/qnn"
 )
@@ -32,6 +33,9 @@ type WeightSearch struct {
 	// others' input rows are no whole number of blocks), their MeanClip
 	// over the blocks and their absmax grids AIMET's min-max LPBQ ones.
 	Blocked int `json:"lpbq_weights,omitempty"`
+	// Solved is how many of those had their codes solved (GPTQ on the
+	// LPBQ grid; the graph holds the solved weights).
+	Solved int `json:"solved_weights,omitempty"`
 }
 
 // BundleRecipe is bundle.json's record of a mixed recipe (w4a16): what
@@ -72,8 +76,10 @@ type weightSearch struct {
 	input map[string]string         // weight -> its MatMul's input
 	k     map[string]int            // weight -> its rows (input channels)
 	hess  map[string]*calib.Hessian // MatMul input -> H
-	// blocks are the LPBQ grids apply chose (w4a16-lpbq).
+	// blocks are the LPBQ grids apply chose (w4a16-lpbq), solved the
+	// weights SolveBlocks put on them (prec.Solve).
 	blocks map[string]qnn.BlockScales
+	solved map[string][]float32
 }
 
 // newWeightSearch returns the search of the MatMul weights plan encodes at
@@ -143,8 +149,16 @@ func (s *weightSearch) apply(g *onnxeval.Graph, prec qnn.Precision, absmax map[s
 		v, _ := g.Initializer(name)
 		k, n := v.Shape[0], v.Shape[1]
 		if prec.Block > 0 && k%prec.Block == 0 {
-			res := qnn.SearchBlocks(v.F, k, n, h.H, prec.Block)
+			res := qnn.SearchBlocks(v.F, k, n, h.H, prec.Block, blockRefine)
 			s.setBlock(name, res.Scales)
+			if prec.Solve {
+				w, err := qnn.SolveBlocks(v.F, h.H, res.Scales, qnn.SolveDamp)
+				if err != nil {
+					return nil, fmt.Errorf("weight %s: %w", name, err)
+				}
+				s.solved[name] = w
+				r.Solved++
+			}
 			r.Blocked++
 			clips += res.MeanClip * float64(n)
 			channels += n
@@ -174,7 +188,7 @@ func (s *weightSearch) apply(g *onnxeval.Graph, prec qnn.Precision, absmax map[s
 
 func (s *weightSearch) setBlock(name string, b qnn.BlockScales) {
 	if s.blocks == nil {
-		s.blocks = map[string]qnn.BlockScales{}
+		s.blocks, s.solved = map[string]qnn.BlockScales{}, map[string][]float32{}
 	}
 	s.blocks[name] = b
 }
@@ -203,4 +217,73 @@ func tieParams(enc *qnn.Encodings, tie map[string]qnn.Encoding) {
 			enc.Params[i] = e
 		}
 	}
+}
+
+// blockRefine: SearchBlocks' full-H refinement.
+var blockRefine = true
+
+// solvedWeights are the weights SolveBlocks solved (nil for none).
+func (s *weightSearch) solvedWeights() map[string][]float32 {
+	if s == nil || len(s.solved) == 0 {
+		return nil
+	}
+	return s.solved
+}
+
+// setWeights replaces the values of m's initializers named in w.
+func setWeights(m *onnxpb.ModelProto, w map[string][]float32) error {
+	done := 0
+	for _, t := range m.GetGraph().GetInitializer() {
+		v, ok := w[t.GetName()]
+		if !ok {
+			continue
+		}
+		if t.GetDataType() != int32(onnxpb.TensorProto_FLOAT) || int64(len(v)) != elems(t.GetDims()) {
+			return fmt.Errorf("weight %s: %d solved values for a tensor of type %d, dims %v", t.GetName(), len(v), t.GetDataType(), t.GetDims())
+		}
+		t.FloatData, t.RawData, t.ExternalData, t.DataLocation = v, nil, nil, nil
+		done++
+	}
+	if done != len(w) {
+		return fmt.Errorf("%d solved weights, %d found in the graph", len(w), done)
+	}
+	return nil
+}
+
+func elems(dims []int64) int64 {
+	n := int64(1)
+	for _, d := range dims {
+		n *= d
+	}
+	return n
+}
+
+// decodeWeights reads the LPBQ weights of a decode graph's bundled model
+// at path (its solved weights), for its prefill graph.
+func decodeWeights(path string, dec *qnn.Encodings) (map[string][]float32, error) {
+	lpbq := map[string]bool{}
+	for _, p := range dec.Params {
+		if p.EncType == qnn.LPBQ {
+			lpbq[p.Name] = true
+		}
+	}
+	if len(lpbq) == 0 {
+		return nil, nil
+	}
+	m, err := onnxio.ReadModelWithData(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]float32{}
+	for _, t := range m.GetGraph().GetInitializer() {
+		if !lpbq[t.GetName()] {
+			continue
+		}
+		v, err := tensorFloat32(t)
+		if err != nil {
+			return nil, fmt.Errorf("%s: weight %s: %w", path, t.GetName(), err)
+		}
+		out[t.GetName()] = append([]float32(nil), v...)
+	}
+	return out, nil
 }
