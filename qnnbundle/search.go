@@ -62,6 +62,9 @@ func RecipeOf(prec qnn.Precision) *BundleRecipe {
 	if prec.Search && prec.Block > 0 {
 		r.WeightGrid = fmt.Sprintf("LPBQ (AIMET low-power blockwise): %d-bit symmetric codes in blocks of %d input rows, block scale = per-channel float scale x integer scale in 1..16 (bw 8 decompressed); each block's scale chosen by (w_b - w_q)^T H_bb (w_b - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions, then put on the LPBQ grid trying every integer scale",
 			prec.WeightBits, prec.Block)
+		if prec.Solve {
+			r.WeightGrid += fmt.Sprintf("; the codes solved by GPTQ on that grid (H damped by %g of its mean diagonal), the graph's weights replaced by the solved ones, which lie on the grid", qnn.SolveDamp)
+		}
 	} else if prec.Search {
 		r.WeightGrid = fmt.Sprintf("%d-bit symmetric per output channel, scale c absmax / %d with c in 0.50..1.00 minimising (w - w_q)^T H (w - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions (SeqMSE's per-channel search)",
 			prec.WeightBits, 1<<(prec.WeightBits-1)-1)
@@ -149,7 +152,7 @@ func (s *weightSearch) apply(g *onnxeval.Graph, prec qnn.Precision, absmax map[s
 		v, _ := g.Initializer(name)
 		k, n := v.Shape[0], v.Shape[1]
 		if prec.Block > 0 && k%prec.Block == 0 {
-			res := qnn.SearchBlocks(v.F, k, n, h.H, prec.Block, blockRefine)
+			res := qnn.SearchBlocks(v.F, k, n, h.H, prec.Block, false)
 			s.setBlock(name, res.Scales)
 			if prec.Solve {
 				w, err := qnn.SolveBlocks(v.F, h.H, res.Scales, qnn.SolveDamp)
@@ -218,9 +221,6 @@ func tieParams(enc *qnn.Encodings, tie map[string]qnn.Encoding) {
 		}
 	}
 }
-
-// blockRefine: SearchBlocks' full-H refinement.
-var blockRefine = true
 
 // solvedWeights are the weights SolveBlocks solved (nil for none).
 func (s *weightSearch) solvedWeights() map[string][]float32 {
