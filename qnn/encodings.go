@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"sparkconv/infile"
@@ -19,15 +20,23 @@ const EncodingsVersion = "1.0.0"
 // Encoding is one AIMET 1.0.0 entry: the quantization grid of one tensor.
 // Real value = (q + Offset[c]) * Scale[c] with q in [0, 2^BW - 1]; the ONNX
 // zero point is -Offset. Per-tensor entries hold one scale and offset;
-// per-channel ones one per output channel.
+// per-channel ones one per output channel. An LPBQ entry (lpbq.go) is a
+// per-channel BW-bit grid whose codes are CompressedBW-bit codes times
+// a per-block integer scale.
 type Encoding struct {
 	Name    string    `json:"name"`
 	DType   string    `json:"dtype"`    // always "INT": the converter treats anything else as float (docs/qnn.md#encodings)
-	EncType string    `json:"enc_type"` // PER_TENSOR or PER_CHANNEL
+	EncType string    `json:"enc_type"` // PER_TENSOR, PER_CHANNEL or LPBQ
 	BW      int       `json:"bw"`
 	IsSym   bool      `json:"is_sym"`
 	Scale   []float32 `json:"scale"`
 	Offset  []int32   `json:"offset"`
+	// CompressedBW, BlockSize and PerBlockIntScale are LPBQ's: the codes'
+	// bits, the block's length along the input dimension, and one integer
+	// scale per (output channel, block), channel-major.
+	CompressedBW     int     `json:"compressed_bw,omitempty"`
+	BlockSize        int     `json:"block_size,omitempty"`
+	PerBlockIntScale []int32 `json:"per_block_int_scale,omitempty"`
 }
 
 // Encodings is an AIMET 1.0.0 encodings file.
@@ -109,7 +118,8 @@ func (e Encoding) MinMax(c int) (lo, hi float64) {
 
 // Same reports whether two encodings describe the same grid (names aside).
 func (e Encoding) Same(f Encoding) bool {
-	if e.BW != f.BW || e.IsSym != f.IsSym || len(e.Scale) != len(f.Scale) || len(e.Offset) != len(f.Offset) {
+	if e.BW != f.BW || e.IsSym != f.IsSym || len(e.Scale) != len(f.Scale) || len(e.Offset) != len(f.Offset) ||
+		e.EncType != f.EncType || e.CompressedBW != f.CompressedBW || e.BlockSize != f.BlockSize || !slices.Equal(e.PerBlockIntScale, f.PerBlockIntScale) {
 		return false
 	}
 	for i := range e.Scale {
@@ -137,7 +147,7 @@ func (e Encoding) Problems(param bool) []string {
 		p = append(p, fmt.Sprintf("dtype %q: the converter treats anything but \"INT\" as float and does not quantize it", e.DType))
 	}
 	legal := map[int]bool{8: true, 16: true}
-	if param {
+	if param && e.EncType != LPBQ {
 		legal[4] = true
 	}
 	if !legal[e.BW] {
@@ -155,8 +165,10 @@ func (e Encoding) Problems(param bool) []string {
 		if !e.IsSym {
 			p = append(p, "PER_CHANNEL must be symmetric (the converter requires is_sym for it)")
 		}
+	case LPBQ:
+		p = append(p, e.lpbqProblems(param)...)
 	default:
-		p = append(p, fmt.Sprintf("enc_type %q (this bundle uses PER_TENSOR and PER_CHANNEL)", e.EncType))
+		p = append(p, fmt.Sprintf("enc_type %q (this bundle uses PER_TENSOR, PER_CHANNEL and LPBQ)", e.EncType))
 	}
 	if len(e.Scale) == 0 || len(e.Scale) != len(e.Offset) {
 		p = append(p, fmt.Sprintf("%d scales and %d offsets", len(e.Scale), len(e.Offset)))

@@ -58,6 +58,11 @@ func LintEncodings(m *onnxpb.ModelProto, f *Encodings) []Finding {
 		for _, p := range e.Problems(param) {
 			l.tensor("encoding-illegal", Error, e.Name, p, "write dtype INT, bw 8 or 16 (4 for weights), symmetric per-channel weights with offset -2^(bw-1)")
 		}
+		if e.EncType == LPBQ && param && isInit {
+			if msg := lpbqFits(e, x.inits[e.Name]); msg != "" {
+				l.tensor("encoding-illegal", Error, e.Name, msg, "write LPBQ for a 2-D MatMul weight [in, out]: one scale per output channel, one integer scale per channel and block of block_size input rows")
+			}
+		}
 		if pt := plan.Interior(e.Name); pt != nil {
 			l.tensor("encoding-in-fused-pattern", Error, e.Name, fmt.Sprintf("inside the %s of %s (output %s)", pt.Kind, pt.Input, pt.Output),
 				"encode only the pattern's input and output, so QNN fuses it into one op")
@@ -133,4 +138,12 @@ func cutPrefix(s, p string) (string, bool) {
 		return s[len(p):], true
 	}
 	return "", false
+}
+
+// lpbqFits says what is wrong with an LPBQ entry for the weight t, or "".
+func lpbqFits(e Encoding, t *onnxpb.TensorProto) string {
+	if len(t.GetDims()) != 2 {
+		return fmt.Sprintf("LPBQ on a weight of dims %v (a MatMul weight [in, out] is 2-D)", t.GetDims())
+	}
+	return lpbqShape(e, int(t.GetDims()[0]), int(t.GetDims()[1]))
 }

@@ -23,18 +23,32 @@ type Precision struct {
 	// calibration activations' output error (SearchScales) instead of the
 	// channel's absolute maximum.
 	Search bool
+	// Block, when not 0, gives the searched MatMul weights LPBQ grids in
+	// blocks of Block input rows (SearchBlocks: 4-bit codes, an integer
+	// scale per block under a float scale per output channel) in place of
+	// per-channel ones.
+	Block int
+	// Solve chooses the codes of the LPBQ weights on their grid by GPTQ's
+	// solve (SolveBlocks) instead of rounding to nearest; the bundle's
+	// graphs then hold the solved weights, on the grid. No named precision
+	// sets it: on the real model's 140 observed rows it cost more than it
+	// gained (docs/qnn.md#w4a16-measured).
+	Solve bool
 }
 
 // Precisions are the recipes qnn-bundle writes (qai-hub-models' Precision
 // names, docs/qnn.md#the-way-to-the-phone). w4a16 is qai-hub-models' LLM
 // recipe: 4-bit weights per output channel, 16-bit activations, the head's
 // weights and the KV cache at 8 bits, the embedding table at 16
-// (docs/qnn.md#w4a16).
+// (docs/qnn.md#w4a16). w4a16-lpbq is the same recipe with the layers'
+// 4-bit weights in LPBQ blocks of 64 input rows, as qai-hub-models'
+// _set_4bit_weights_to_lpbq sets them (docs/qnn.md#w4a16-lpbq).
 var Precisions = []Precision{
 	{Name: "w8a16", WeightBits: 8, ActBits: 16},
 	{Name: "w16a16", WeightBits: 16, ActBits: 16},
 	{Name: "w8a8", WeightBits: 8, ActBits: 8},
 	{Name: "w4a16", WeightBits: 4, ActBits: 16, HeadBits: 8, KVBits: 8, EmbedBits: 16, Search: true},
+	{Name: "w4a16-lpbq", WeightBits: 4, ActBits: 16, HeadBits: 8, KVBits: 8, EmbedBits: 16, Search: true, Block: LPBQBlock},
 }
 
 // ParsePrecision returns the named recipe.

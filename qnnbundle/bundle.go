@@ -15,6 +15,7 @@ import (
 	"sparkconv/onnxeval"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
+	"sparkconv/onnxpb"
 	"sparkconv/qnn"
 )
 
@@ -114,6 +115,9 @@ type RangeOptions struct {
 	// decode graph's parameter encodings, which its weights take as they
 	// are (no search of its own).
 	Params map[string]qnn.Encoding
+	// Weights, for a prefill graph of a precision with Solve, holds the
+	// decode graph's solved weights, which its graph takes as they are.
+	Weights map[string][]float32
 }
 
 // RangePolicies are the activations whose range one policy chose
@@ -190,15 +194,23 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	}
 	var searched *WeightSearch
 	if opt.Params == nil {
-		if searched, err = search.apply(g, prec.WeightBits, absmax); err != nil {
+		if searched, err = search.apply(g, prec, absmax); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 		}
+	}
+	weights := opt.Weights
+	if opt.Params == nil {
+		weights = search.solvedWeights()
+	}
+	if err := setWeights(m, weights); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	g = nil // the interpreter's float32 copy of the weights is done with
 	enc, err := plan.Encodings(prec, ranges, fixed, absmax, opt.Headroom)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
+	search.setBlocks(enc)
 	tied := applyTies(enc, plan, opt.Tie)
 	tieParams(enc, opt.Params)
 	calib, err := t.Collect(e, pos.Calib, false)
@@ -208,7 +220,11 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	res := &GraphResult{Name: e.Name, Dir: e.Name + ".aimet", Samples: len(calib), Observed: len(pos.Observe), Held: len(pos.Held),
 		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns), Tied: tied, Search: searched,
 		RangePolicies: policies(enc)}
-	if err := res.write(out, src, externalFile(dir, e), e, enc, calib); err != nil {
+	var solved *onnxpb.ModelProto
+	if len(weights) > 0 {
+		solved = m
+	}
+	if err := res.write(out, src, externalFile(dir, e), solved, e, enc, calib); err != nil {
 		return nil, nil, err
 	}
 	qm, err := QDQModel(m, enc, plan.Params)
@@ -271,16 +287,26 @@ func clamp(v []float32, lo, hi float64) []float32 {
 
 // write puts the graph's .aimet folder (with its weights file ext, when
 // it has one) and npz under out.
-func (res *GraphResult) write(out, src, ext string, e onnxgraph.GraphEntry, enc *qnn.Encodings, calib []Sample) error {
+func (res *GraphResult) write(out, src, ext string, solved *onnxpb.ModelProto, e onnxgraph.GraphEntry, enc *qnn.Encodings, calib []Sample) error {
 	dir := filepath.Join(out, res.Dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	onnxName := e.Name + ".onnx"
-	if err := copyFile(src, filepath.Join(dir, onnxName)); err != nil {
+	if solved != nil {
+		// The graph with its solved weights, written whole (its weights
+		// are no longer the export's file).
+		info, err := onnxio.WriteFile(filepath.Join(dir, onnxName), onnxio.Model{Proto: solved}, onnxio.WriteOptions{})
+		if err != nil {
+			return err
+		}
+		if info.External != nil {
+			res.Files = append(res.Files, res.Dir+"/"+filepath.Base(info.External.Name))
+		}
+	} else if err := copyFile(src, filepath.Join(dir, onnxName)); err != nil {
 		return err
 	}
-	if ext != "" {
+	if ext != "" && solved == nil {
 		if err := linkOrCopy(ext, filepath.Join(dir, filepath.Base(ext))); err != nil {
 			return err
 		}

@@ -58,7 +58,7 @@ func QDQModel(m *onnxpb.ModelProto, enc *qnn.Encodings, params []qnn.Param) (*on
 		inits = append(inits, qt, scale, zp)
 		dq := &onnxpb.NodeProto{Name: proto.String(t.GetName() + "/DequantizeLinear"), OpType: proto.String("DequantizeLinear"),
 			Domain: proto.String(QDQDomain), Input: []string{qt.GetName(), scale.GetName(), zp.GetName()}, Output: []string{t.GetName()}}
-		if e.EncType == qnn.PerChannel {
+		if e.EncType == qnn.PerChannel || e.EncType == qnn.LPBQ {
 			dq.Attribute = []*onnxpb.AttributeProto{{Name: proto.String("axis"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(int64(axis[t.GetName()]))}}
 		}
 		head = append(head, dq)
@@ -168,6 +168,9 @@ func quantizeParam(t *onnxpb.TensorProto, e qnn.Encoding, axis int) (q, scale, z
 	}
 	if !e.IsSym {
 		return nil, nil, nil, fmt.Errorf("parameter %s: asymmetric parameter grids are not simulated", t.GetName())
+	}
+	if e.EncType == qnn.LPBQ {
+		return quantizeLPBQ(t, w, e, axis)
 	}
 	cols := 1
 	if e.EncType == qnn.PerChannel {
@@ -369,4 +372,33 @@ func numel(dims []int64) int {
 		n *= int(d)
 	}
 	return n
+}
+
+// quantizeLPBQ stores an LPBQ weight [k, n] as its decompressed codes
+// (q * per-block integer scale, in [-128, 112]) in int8 with the
+// per-channel float scales on axis 1, zero point 0: DequantizeLinear then
+// computes code * scale in float32, what qnn.BlockScales.Dequantize gives
+// (docs/qnn.md#w4a16-lpbq).
+func quantizeLPBQ(t *onnxpb.TensorProto, w []float32, e qnn.Encoding, axis int) (q, scale, zp *onnxpb.TensorProto, err error) {
+	name := t.GetName()
+	if len(t.Dims) != 2 || axis != 1 {
+		return nil, nil, nil, fmt.Errorf("parameter %s: LPBQ on dims %v axis %d (a MatMul weight [in, out], axis 1)", name, t.Dims, axis)
+	}
+	k, n := int(t.Dims[0]), int(t.Dims[1])
+	b, err := qnn.BlockScalesOf(e, k, n)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("parameter %s: %w", name, err)
+	}
+	if len(w) != k*n {
+		return nil, nil, nil, fmt.Errorf("parameter %s: %d values for dims %v", name, len(w), t.Dims)
+	}
+	q = &onnxpb.TensorProto{Name: proto.String(name + "/q"), Dims: t.Dims, DataType: proto.Int32(int32(onnxpb.TensorProto_INT8)), RawData: make([]byte, k*n)}
+	for r := range k {
+		for j := range n {
+			q.RawData[r*n+j] = byte(int8(b.Code(w[r*n+j], j, r/b.Block)))
+		}
+	}
+	zp = &onnxpb.TensorProto{Name: proto.String(name + "/zero_point"), Dims: []int64{int64(n)},
+		DataType: proto.Int32(int32(onnxpb.TensorProto_INT8)), RawData: make([]byte, n)}
+	return q, floatTensor(name+"/scale", []int64{int64(n)}, e.Scale), zp, nil
 }

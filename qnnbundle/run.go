@@ -312,6 +312,11 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 					ro.Params[p.Name] = p
 				}
 			}
+			if o.Precision.Solve {
+				if ro.Weights, err = decodeWeights(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".onnx"), dec); err != nil {
+					return err
+				}
+			}
 		}
 		res, qe, err := BundleGraph(o.Export, dir, cal[0], e, j.pos, o.Precision, ro)
 		if err != nil {

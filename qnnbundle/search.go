@@ -6,6 +6,7 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/onnxeval"
+	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
 	"sparkconv/qnn"
 )
@@ -28,6 +29,13 @@ type WeightSearch struct {
 	// GainDB is the mean over the searched weights of 10 log10(error of the
 	// absmax grids / error of the chosen grids), the errors H-weighted.
 	GainDB float64 `json:"error_gain_db"`
+	// Blocked is how many of them got LPBQ block grids (w4a16-lpbq; the
+	// others' input rows are no whole number of blocks), their MeanClip
+	// over the blocks and their absmax grids AIMET's min-max LPBQ ones.
+	Blocked int `json:"lpbq_weights,omitempty"`
+	// Solved is how many of those had their codes solved (GPTQ on the
+	// LPBQ grid; the graph holds the solved weights).
+	Solved int `json:"solved_weights,omitempty"`
 }
 
 // BundleRecipe is bundle.json's record of a mixed recipe (w4a16): what
@@ -51,7 +59,13 @@ func RecipeOf(prec qnn.Precision) *BundleRecipe {
 	r := &BundleRecipe{HeadBits: prec.HeadBits, KVBits: prec.KVBits, EmbedBits: prec.EmbedBits, OtherParamBits: max(prec.WeightBits, 8),
 		KVGrid:     "symmetric, per tensor, shared by each KV input, its output and every tensor tied to them; the observed range, no headroom",
 		WeightGrid: fmt.Sprintf("%d-bit symmetric per output channel from each channel's absolute maximum", prec.WeightBits)}
-	if prec.Search {
+	if prec.Search && prec.Block > 0 {
+		r.WeightGrid = fmt.Sprintf("LPBQ (AIMET low-power blockwise): %d-bit symmetric codes in blocks of %d input rows, block scale = per-channel float scale x integer scale in 1..16 (bw 8 decompressed); each block's scale chosen by (w_b - w_q)^T H_bb (w_b - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions, then put on the LPBQ grid trying every integer scale",
+			prec.WeightBits, prec.Block)
+		if prec.Solve {
+			r.WeightGrid += fmt.Sprintf("; the codes solved by GPTQ on that grid (H damped by %g of its mean diagonal), the graph's weights replaced by the solved ones, which lie on the grid", qnn.SolveDamp)
+		}
+	} else if prec.Search {
 		r.WeightGrid = fmt.Sprintf("%d-bit symmetric per output channel, scale c absmax / %d with c in 0.50..1.00 minimising (w - w_q)^T H (w - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions (SeqMSE's per-channel search)",
 			prec.WeightBits, 1<<(prec.WeightBits-1)-1)
 	}
@@ -65,6 +79,10 @@ type weightSearch struct {
 	input map[string]string         // weight -> its MatMul's input
 	k     map[string]int            // weight -> its rows (input channels)
 	hess  map[string]*calib.Hessian // MatMul input -> H
+	// blocks are the LPBQ grids apply chose (w4a16-lpbq), solved the
+	// weights SolveBlocks put on them (prec.Solve).
+	blocks map[string]qnn.BlockScales
+	solved map[string][]float32
 }
 
 // newWeightSearch returns the search of the MatMul weights plan encodes at
@@ -111,9 +129,11 @@ func (s *weightSearch) tap(name string, v onnxeval.Value) {
 	}
 }
 
-// apply chooses the grids of every searched weight and replaces its
-// absolute maxima in absmax with the chosen clipped ones.
-func (s *weightSearch) apply(g *onnxeval.Graph, bits int, absmax map[string][]float64) (*WeightSearch, error) {
+// apply chooses the grids of every searched weight: per channel it
+// replaces the weight's absolute maxima in absmax with the chosen clipped
+// ones; with prec.Block, a weight whose rows are a whole number of blocks
+// gets an LPBQ grid (setBlocks writes it).
+func (s *weightSearch) apply(g *onnxeval.Graph, prec qnn.Precision, absmax map[string][]float64) (*WeightSearch, error) {
 	if s == nil || len(s.order) == 0 {
 		return nil, nil
 	}
@@ -131,7 +151,26 @@ func (s *weightSearch) apply(g *onnxeval.Graph, bits int, absmax map[string][]fl
 		r.Rows = int(h.Tokens)
 		v, _ := g.Initializer(name)
 		k, n := v.Shape[0], v.Shape[1]
-		res := qnn.SearchScales(v.F, k, n, h.H, bits)
+		if prec.Block > 0 && k%prec.Block == 0 {
+			res := qnn.SearchBlocks(v.F, k, n, h.H, prec.Block, false)
+			s.setBlock(name, res.Scales)
+			if prec.Solve {
+				w, err := qnn.SolveBlocks(v.F, h.H, res.Scales, qnn.SolveDamp)
+				if err != nil {
+					return nil, fmt.Errorf("weight %s: %w", name, err)
+				}
+				s.solved[name] = w
+				r.Solved++
+			}
+			r.Blocked++
+			clips += res.MeanClip * float64(n)
+			channels += n
+			if res.Err > 0 && res.AbsmaxErr > 0 {
+				gain += 10 * math.Log10(res.AbsmaxErr/res.Err)
+			}
+			continue
+		}
+		res := qnn.SearchScales(v.F, k, n, h.H, prec.WeightBits)
 		for j, c := range res.Clip {
 			if absmax[name][j] > 0 {
 				clips += c / absmax[name][j]
@@ -150,6 +189,26 @@ func (s *weightSearch) apply(g *onnxeval.Graph, bits int, absmax map[string][]fl
 	return r, nil
 }
 
+func (s *weightSearch) setBlock(name string, b qnn.BlockScales) {
+	if s.blocks == nil {
+		s.blocks, s.solved = map[string]qnn.BlockScales{}, map[string][]float32{}
+	}
+	s.blocks[name] = b
+}
+
+// setBlocks replaces the parameter encoding of every weight apply gave an
+// LPBQ grid with its LPBQ entry.
+func (s *weightSearch) setBlocks(enc *qnn.Encodings) {
+	if s == nil {
+		return
+	}
+	for i, p := range enc.Params {
+		if b, ok := s.blocks[p.Name]; ok {
+			enc.Params[i] = b.Encoding(p.Name)
+		}
+	}
+}
+
 func round4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
 
 // tieParams gives every parameter encoding named in tie that encoding (a
@@ -161,4 +220,70 @@ func tieParams(enc *qnn.Encodings, tie map[string]qnn.Encoding) {
 			enc.Params[i] = e
 		}
 	}
+}
+
+// solvedWeights are the weights SolveBlocks solved (nil for none).
+func (s *weightSearch) solvedWeights() map[string][]float32 {
+	if s == nil || len(s.solved) == 0 {
+		return nil
+	}
+	return s.solved
+}
+
+// setWeights replaces the values of m's initializers named in w.
+func setWeights(m *onnxpb.ModelProto, w map[string][]float32) error {
+	done := 0
+	for _, t := range m.GetGraph().GetInitializer() {
+		v, ok := w[t.GetName()]
+		if !ok {
+			continue
+		}
+		if t.GetDataType() != int32(onnxpb.TensorProto_FLOAT) || int64(len(v)) != elems(t.GetDims()) {
+			return fmt.Errorf("weight %s: %d solved values for a tensor of type %d, dims %v", t.GetName(), len(v), t.GetDataType(), t.GetDims())
+		}
+		t.FloatData, t.RawData, t.ExternalData, t.DataLocation = v, nil, nil, nil
+		done++
+	}
+	if done != len(w) {
+		return fmt.Errorf("%d solved weights, %d found in the graph", len(w), done)
+	}
+	return nil
+}
+
+func elems(dims []int64) int64 {
+	n := int64(1)
+	for _, d := range dims {
+		n *= d
+	}
+	return n
+}
+
+// decodeWeights reads the LPBQ weights of a decode graph's bundled model
+// at path (its solved weights), for its prefill graph.
+func decodeWeights(path string, dec *qnn.Encodings) (map[string][]float32, error) {
+	lpbq := map[string]bool{}
+	for _, p := range dec.Params {
+		if p.EncType == qnn.LPBQ {
+			lpbq[p.Name] = true
+		}
+	}
+	if len(lpbq) == 0 {
+		return nil, nil
+	}
+	m, err := onnxio.ReadModelWithData(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]float32{}
+	for _, t := range m.GetGraph().GetInitializer() {
+		if !lpbq[t.GetName()] {
+			continue
+		}
+		v, err := tensorFloat32(t)
+		if err != nil {
+			return nil, fmt.Errorf("%s: weight %s: %w", path, t.GetName(), err)
+		}
+		out[t.GetName()] = append([]float32(nil), v...)
+	}
+	return out, nil
 }

@@ -52,7 +52,11 @@ quantizer saturates it, and exp(-50) still hides the slot.
 --precision w4a16 is Qualcomm's LLM recipe: 4-bit weights per output channel,
 each channel's scale chosen by its output error on the observed activations
 (SeqMSE's search), 16-bit activations, the head's weights and the KV cache
-(8-bit symmetric) at 8 bits, the embedding table at 16.
+(8-bit symmetric) at 8 bits, the embedding table at 16. --precision w4a16-lpbq
+is the same recipe with the layers' 4-bit weights in AIMET LPBQ blocks of 64
+input rows (an integer scale per block under a float scale per output
+channel, each block's scale chosen by its output error), as qai-hub-models'
+_set_4bit_weights_to_lpbq writes them.
 
 The ranges are observed on the calibration text's first context of tokens
 as one stream and on its first --calib-sequences samples (default 64),
@@ -97,7 +101,7 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	fl.StringVar(&f.Export, "export", "", "the export-onnx output folder (float32)")
 	fl.StringVar(&f.Out, "out", "", "output folder")
 	fl.StringVar(&f.Samples, "samples", "", "calibration text (samples separated by lines holding ---, or .jsonl); default: the embedded corpus")
-	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16, w8a8 or w4a16 (4-bit weights searched on the calibration activations; head weights and KV cache at 8 bits)")
+	fl.StringVar(&f.precision, "precision", "w8a16", "w8a16, w16a16, w8a8, w4a16 (4-bit weights per channel searched on the calibration activations; head weights and KV cache at 8 bits) or w4a16-lpbq (w4a16 with the 4-bit weights in LPBQ blocks of 64)")
 	fl.IntVar(&f.Positions, "positions", 16, "calibration positions per graph")
 	fl.IntVar(&f.Observe, "observe", 128, "positions whose activations set the ranges (the --positions ones among them)")
 	fl.IntVar(&f.CalibSequences, "calib-sequences", qnnbundle.DefaultCalibSequences, "the calibration text's first N samples also traced as sequences of their own (each from position 0, over its first 256 tokens), whose activations widen the ranges (0: the one stream only)")
