@@ -68,6 +68,8 @@ var goldenRuns = []struct {
 	{"gptq --rtn --quant-head --keep-float 2", []string{"gptq", "--rtn", "--quant-head", "--keep-float", "2", "--model", "MODEL", "--out", "OUT"}, nil, nil},
 	{"qnn-bundle w8a16", []string{"qnn-bundle", "--model", "MODEL", "--export", "PRE/onnx", "--out", "OUT", "--precision", "w8a16", "--threads", "1", "--force", "--ort-lib", "ORTLIB"},
 		[][]string{{"export-onnx", "--model", "MODEL", "--out", "PRE/onnx", "--context", "64"}}, simulatedKeys},
+	{"qnn-bundle w4a16-lpbq", []string{"qnn-bundle", "--model", "MODEL", "--export", "PRE/onnx", "--out", "OUT", "--precision", "w4a16-lpbq", "--threads", "1", "--force", "--ort-lib", "ORTLIB"},
+		[][]string{{"export-onnx", "--model", "MODEL", "--out", "PRE/onnx", "--context", "64"}}, simulatedKeys},
 }
 
 // simulatedKeys are bundle.json's figures from the simulation in ONNX
