@@ -2,6 +2,7 @@ package qnnbundle
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"codeberg.org/sbinet/npyio/npz"
 
+	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxgraph/exporttest"
@@ -74,6 +76,29 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec qnn.Precision) (ex
 		t.Fatal(err)
 	}
 	return export, out, man, held
+}
+
+// tinyPrefillBundles exports the tiny fixture at context 64 with prefill
+// graphs of 16 tokens; build bundles the export at a precision (3 npz
+// positions, 16 observed, one thread, forced) into a fresh folder.
+func tinyPrefillBundles(t *testing.T) (export string, man *onnxgraph.Manifest, build func(qnn.Precision) (*Bundle, string)) {
+	t.Helper()
+	model := fixturestest.Tiny(t, false)
+	export = exporttest.Export(t, model, onnxgraph.ExportOptions{Context: 64, Prefill: 16})
+	man, err := onnxgraph.ReadManifest(export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return export, man, func(prec qnn.Precision) (*Bundle, string) {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "qnn")
+		b, err := Build(context.Background(), Options{Model: model, Export: export, Out: out, Precision: prec,
+			Positions: 3, Observe: 16, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, out
+	}
 }
 
 func readEnc(t *testing.T, out, name string) *qnn.Encodings {

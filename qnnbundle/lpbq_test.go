@@ -1,14 +1,11 @@
 package qnnbundle
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"sparkconv/fixtures/fixturestest"
 	"sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/exporttest"
 	"sparkconv/onnxio"
 	"sparkconv/onnxpb"
 	"sparkconv/ortrun/orttest"
@@ -26,21 +23,7 @@ import (
 // hold the solved weights, which lie on their grids.
 func TestBundleW4A16LPBQ(t *testing.T) {
 	orttest.Init(t)
-	model := fixturestest.Tiny(t, false)
-	export := exporttest.Export(t, model, onnxgraph.ExportOptions{Context: 64, Prefill: 16})
-	man, err := onnxgraph.ReadManifest(export)
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := func(prec qnn.Precision) (*Bundle, string) {
-		out := filepath.Join(t.TempDir(), "qnn")
-		b, err := Build(context.Background(), Options{Model: model, Export: export, Out: out, Precision: prec,
-			Positions: 3, Observe: 16, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b, out
-	}
+	_, man, build := tinyPrefillBundles(t)
 	prec, err := qnn.ParsePrecision("w4a16-lpbq")
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package qnnbundle
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,9 +9,7 @@ import (
 
 	"codeberg.org/sbinet/npyio/npz"
 
-	"sparkconv/fixtures/fixturestest"
 	"sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/exporttest"
 	"sparkconv/ortrun/orttest"
 	"sparkconv/qnn"
 )
@@ -26,18 +23,8 @@ import (
 // positions, and a QDQ graph listed under the QDQ manifest's prefill.
 func TestBundlePrefill(t *testing.T) {
 	orttest.Init(t)
-	model := fixturestest.Tiny(t, false)
-	export := exporttest.Export(t, model, onnxgraph.ExportOptions{Context: 64, Prefill: 16})
-	man, err := onnxgraph.ReadManifest(export)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "qnn")
-	b, err := Build(context.Background(), Options{Model: model, Export: export, Out: out, Precision: qnn.Precisions[0],
-		Positions: 3, Observe: 16, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	export, man, build := tinyPrefillBundles(t)
+	b, out := build(qnn.Precisions[0])
 	if b.Prefill == nil || b.Prefill.Tokens != 16 || !slices.Equal(b.Prefill.Observed, []int{0, 16, 32, 48}) ||
 		!slices.Equal(b.Prefill.Chunks, []int{0, 32, 48}) || !slices.Equal(b.Prefill.HeldOut, []int{0, 16, 32, 48}) {
 		t.Fatalf("bundle.json prefill: %+v", b.Prefill)

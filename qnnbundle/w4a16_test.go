@@ -1,16 +1,13 @@
 package qnnbundle
 
 import (
-	"context"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"sparkconv/fixtures/fixturestest"
 	"sparkconv/onnxgraph"
-	"sparkconv/onnxgraph/exporttest"
 	"sparkconv/ortrun/orttest"
 	"sparkconv/qnn"
 )
@@ -25,24 +22,10 @@ import (
 // every layer. The SNRs and the encodings' bytes are this fixture's.
 func TestBundleW4A16(t *testing.T) {
 	orttest.Init(t)
-	model := fixturestest.Tiny(t, false)
-	export := exporttest.Export(t, model, onnxgraph.ExportOptions{Context: 64, Prefill: 16})
-	man, err := onnxgraph.ReadManifest(export)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, man, build := tinyPrefillBundles(t)
 	prec, err := qnn.ParsePrecision("w4a16")
 	if err != nil {
 		t.Fatal(err)
-	}
-	build := func(p qnn.Precision) (*Bundle, string) {
-		out := filepath.Join(t.TempDir(), "qnn")
-		b, err := Build(context.Background(), Options{Model: model, Export: export, Out: out, Precision: p,
-			Positions: 3, Observe: 16, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b, out
 	}
 	b, out := build(prec)
 	rtn := prec
