@@ -55,7 +55,9 @@ timed() { # timed NAME CMD...: run CMD under /usr/bin/time -v, niced, its log in
 	# run goes on with the next row; a rerun tries the row again.
 	rm -f "$work/$name.failed"
 	if ! nice -n 5 /usr/bin/time -v -o "$work/$name.time.tmp" "$@" >>"$work/$name.log" 2>&1; then
-		{ echo "exit status $(grep -o 'Exit status: [0-9]*' "$work/$name.time.tmp" | cut -d' ' -f3)"; tail -5 "$work/$name.log"; } >"$work/$name.failed"
+		# a command killed by a signal says so (time -v then reports exit status 0)
+		{ grep -o 'Command terminated by signal [0-9]*' "$work/$name.time.tmp" ||
+			echo "exit status $(grep -o 'Exit status: [0-9]*' "$work/$name.time.tmp" | cut -d' ' -f3)"; tail -5 "$work/$name.log"; } >"$work/$name.failed"
 		echo "run.sh: $name failed; its log: $work/$name.log" >&2
 		cat "$work/$name.failed" >&2
 		return 1
