@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -107,6 +108,10 @@ type RangeOptions struct {
 	// tensors the two share (PrefillTies): they and every tensor tied to
 	// them take those encodings as they are.
 	Tie map[string]qnn.Encoding
+	// Held, when set, are the held-out samples the float graph runs on
+	// against the encodings chosen (Overflows: the tensors they drive past
+	// their ranges).
+	Held Samples
 	// More, when set, are samples of further calibration sequences
 	// (Options.CalibSequences) whose activations widen the observed
 	// ranges too.
@@ -162,12 +167,8 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
-	fixed := qnn.Ranges{}
-	for _, in := range e.Inputs {
-		if strings.HasPrefix(in.Name, "attention_mask") {
-			fixed[in.Name] = [2]float64{opt.MaskClip, 0}
-		}
-	}
+	mask := maskRanges(e, opt.MaskClip)
+	fixed := maps.Clone(mask)
 	tieRanges(fixed, opt.Tie)
 	ranges := qnn.Ranges{}
 	var taps []func(string, onnxeval.Value)
@@ -198,14 +199,6 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 		}
 	}
-	weights := opt.Weights
-	if opt.Params == nil {
-		weights = search.solvedWeights()
-	}
-	if err := setWeights(m, weights); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
-	}
-	g = nil // the interpreter's float32 copy of the weights is done with
 	enc, err := plan.Encodings(prec, ranges, fixed, absmax, opt.Headroom)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
@@ -213,13 +206,28 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	search.setBlocks(enc)
 	tied := applyTies(enc, plan, opt.Tie)
 	tieParams(enc, opt.Params)
+	var over []Overflow
+	var overN int
+	if opt.Held != nil {
+		if over, overN, err = Overflows(g, e, enc, opt.Held, mask); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
+		}
+	}
+	g = nil // the interpreter's float32 copy of the weights is done with
+	weights := opt.Weights
+	if opt.Params == nil {
+		weights = search.solvedWeights()
+	}
+	if err := setWeights(m, weights); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
+	}
 	calib, err := t.Collect(e, pos.Calib, false)
 	if err != nil {
 		return nil, nil, err
 	}
 	res := &GraphResult{Name: e.Name, Dir: e.Name + ".aimet", Samples: len(calib), Observed: len(pos.Observe), Held: len(pos.Held),
 		Activations: len(enc.Activations), Params: len(enc.Params), Patterns: len(plan.Patterns), Tied: tied, Search: searched,
-		RangePolicies: policies(enc)}
+		RangePolicies: policies(enc), Overflows: over, OverflowTensors: overN}
 	var solved *onnxpb.ModelProto
 	if len(weights) > 0 {
 		solved = m
@@ -238,6 +246,18 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 	qe := e
 	qe.SHA256, qe.Bytes, qe.ExternalData = info.SHA256, info.Size, nil
 	return res, &qe, nil
+}
+
+// maskRanges are graph e's attention mask inputs at their fixed range
+// [clip, 0]: the runtime's mask_value saturates to its low end on purpose.
+func maskRanges(e onnxgraph.GraphEntry, clip float64) qnn.Ranges {
+	r := qnn.Ranges{}
+	for _, in := range e.Inputs {
+		if strings.HasPrefix(in.Name, "attention_mask") {
+			r[in.Name] = [2]float64{clip, 0}
+		}
+	}
+	return r
 }
 
 // feeds are a sample's graph inputs as onnxeval values, the inputs of

@@ -8,13 +8,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
 	"sparkconv/kernels"
-	"sparkconv/onnxeval"
 	"sparkconv/onnxgraph"
 	"sparkconv/onnxio"
 	"sparkconv/ortrun"
@@ -296,7 +294,8 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		}
 		t0 := time.Now()
 		traceTime += t0.Sub(tt)
-		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom, Wider: o.HeadroomTensors}
+		samples, runs := held.samples(e)
+		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom, Wider: o.HeadroomTensors, Held: samples}
 		if seqs != nil {
 			ro.More, _ = seqs.samples(e)
 		}
@@ -323,7 +322,6 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 			return err
 		}
 		t1 := time.Now()
-		samples, runs := held.samples(e)
 		sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, samples, len(held.Seqs), o.Threads)
 		if err != nil {
 			return err
@@ -337,9 +335,6 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 		res.Top1, res.Held, res.Kind = sim.Top1, runs, e.Kind
 		res.SNRWorst, res.WorstPos, res.WorstPosSeq = finite(sim.Worst), sim.WorstPos, sim.WorstPosSeq
 		res.SNRWorstSeq, res.WorstSeq = finite(sim.WorstSeq), sim.WorstSeqIdx
-		if res.Overflows, res.OverflowTensors, err = o.overflows(dir, e, held); err != nil {
-			return err
-		}
 		res.SNRSequences = make([]*float64, len(sim.Sequences))
 		for i, v := range sim.Sequences {
 			res.SNRSequences[i] = finite(v)
@@ -364,32 +359,6 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	b.Simulation.MinSNR, _ = b.lowest(func(r *GraphResult) *float64 { return r.SNR })
 	b.Simulation.MinSeqSNR, b.Simulation.MinSeqGraph = b.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq })
 	return nil
-}
-
-// overflows runs graph e's float graph on its held-out samples against the
-// encodings written to dir (Overflows); the attention mask, saturated on
-// purpose, is fed clamped to its encoding and not checked.
-func (o Options) overflows(dir string, e onnxgraph.GraphEntry, held *HeldOut) ([]Overflow, int, error) {
-	enc, err := qnn.ReadEncodings(filepath.Join(dir, e.Name+".aimet", e.Name+".encodings"))
-	if err != nil {
-		return nil, 0, err
-	}
-	m, err := onnxio.ReadModelWithData(filepath.Join(o.Export, e.File))
-	if err != nil {
-		return nil, 0, err
-	}
-	g, err := onnxeval.Load(m)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", e.File, err)
-	}
-	fixed := qnn.Ranges{}
-	for _, in := range e.Inputs {
-		if strings.HasPrefix(in.Name, "attention_mask") {
-			fixed[in.Name] = [2]float64{o.MaskClip, 0}
-		}
-	}
-	samples, _ := held.samples(e)
-	return Overflows(g, e, enc, samples, fixed)
 }
 
 func finite(v float64) *float64 {
