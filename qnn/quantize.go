@@ -51,6 +51,26 @@ var Precisions = []Precision{
 	{Name: "w4a16-lpbq", WeightBits: 4, ActBits: 16, HeadBits: 8, KVBits: 8, EmbedBits: 16, Search: true, Block: LPBQBlock},
 }
 
+// PromotedBits are the weight bits of a graph promoted out of a 4-bit
+// recipe (Promoted).
+const PromotedBits = 8
+
+// Promotes reports whether p has weights a graph can be promoted out of:
+// fewer than PromotedBits.
+func (p Precision) Promotes() bool { return p.WeightBits < PromotedBits }
+
+// Promoted is the recipe a graph of p is rebuilt at when its 4-bit
+// weights cost it too much (qnn-bundle --promote-below): p with its
+// weights at PromotedBits per output channel, still searched, no blocks
+// and no solve; the head, the KV cache, the embedding table and the
+// activations keep p's widths. ExecuTorch's LLM quantization guide
+// promotes a layer to higher precision by its per-layer SQNR the same way.
+func (p Precision) Promoted() Precision {
+	q := p
+	q.WeightBits, q.Block, q.Solve = PromotedBits, 0, false
+	return q
+}
+
 // ParsePrecision returns the named recipe.
 func ParsePrecision(s string) (Precision, error) {
 	var names []string

@@ -82,6 +82,34 @@ type GraphResult struct {
 	// counts every tensor that went past its range.
 	Overflows       []Overflow `json:"held_out_overflows"`
 	OverflowTensors int        `json:"held_out_overflow_tensors"`
+	// WeightBits, when not 0, are the graph's MatMul weight bits in place
+	// of the bundle's: a graph promoted out of the 4-bit recipe
+	// (Precision.Promoted), or the prefill graph of one.
+	WeightBits int `json:"weight_bits,omitempty"`
+	// Promoted is what the graph simulated at the bundle's own precision
+	// before it was rebuilt at WeightBits.
+	Promoted *Promotion `json:"promoted_from,omitempty"`
+}
+
+// Promotion is a promoted graph's figures at the precision it was
+// promoted from (Options.PromoteBelow).
+type Promotion struct {
+	FromBits    int      `json:"weight_bits"`
+	SNR         *float64 `json:"snr_db"`
+	SNRWorstSeq *float64 `json:"snr_worst_sequence_db"`
+	WorstSeq    int      `json:"worst_sequence_sample"`
+}
+
+// remove deletes what res wrote for graph e under out (its .aimet folder,
+// npz and QDQ graph), for the graph to be built again.
+func (res *GraphResult) remove(out string, e onnxgraph.GraphEntry) error {
+	qdq := filepath.Join(out, QDQDir, e.File)
+	for _, p := range []string{filepath.Join(out, res.Dir), filepath.Join(out, res.CalibFile), qdq, qdq + ".data"} {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Positions are the stream positions a bundle uses: Observe set the
@@ -414,22 +442,27 @@ func WriteQDQManifest(out string, man *onnxgraph.Manifest, graphs, prefill []onn
 
 // Bundle is bundle.json.
 type Bundle struct {
-	Format        string                  `json:"format"`
-	Version       int                     `json:"version"`
-	Precision     string                  `json:"precision"`
-	Recipe        *BundleRecipe           `json:"recipe,omitempty"`
-	WeightBits    int                     `json:"weight_bits"`
-	ActBits       int                     `json:"activation_bits"`
-	EncodingsVer  string                  `json:"encodings_version"`
-	Export        BundleExport            `json:"export"`
-	Calibration   BundleCalibration       `json:"calibration"`
-	Mask          BundleMask              `json:"mask"`
-	Simulation    *BundleSimulation       `json:"simulation,omitempty"`
-	Prefill       *BundlePrefill          `json:"prefill,omitempty"`
-	Graphs        map[string]*GraphResult `json:"graphs"`
-	GraphOrder    []string                `json:"graph_order"`
-	Forced        bool                    `json:"forced,omitempty"`
-	ForcedBecause string                  `json:"forced_because,omitempty"`
+	Format       string                  `json:"format"`
+	Version      int                     `json:"version"`
+	Precision    string                  `json:"precision"`
+	Recipe       *BundleRecipe           `json:"recipe,omitempty"`
+	WeightBits   int                     `json:"weight_bits"`
+	ActBits      int                     `json:"activation_bits"`
+	EncodingsVer string                  `json:"encodings_version"`
+	Export       BundleExport            `json:"export"`
+	Calibration  BundleCalibration       `json:"calibration"`
+	Mask         BundleMask              `json:"mask"`
+	Simulation   *BundleSimulation       `json:"simulation,omitempty"`
+	Prefill      *BundlePrefill          `json:"prefill,omitempty"`
+	Graphs       map[string]*GraphResult `json:"graphs"`
+	GraphOrder   []string                `json:"graph_order"`
+	// PromoteBelow is the worst-sequence SNR under which a layer graph was
+	// rebuilt with PromotedBits weights (0: none was), Promoted those
+	// graphs, in graph order.
+	PromoteBelow  float64  `json:"promote_below_db,omitempty"`
+	Promoted      []string `json:"promoted,omitempty"`
+	Forced        bool     `json:"forced,omitempty"`
+	ForcedBecause string   `json:"forced_because,omitempty"`
 }
 
 // BundleExport names the export the bundle was made from.

@@ -80,8 +80,9 @@ func miniBundle(t *testing.T, o onnxgraph.ExportOptions, prec qnn.Precision) (ex
 
 // tinyPrefillBundles exports the tiny fixture at context 64 with prefill
 // graphs of 16 tokens; build bundles the export at a precision (3 npz
-// positions, 16 observed, one thread, forced) into a fresh folder.
-func tinyPrefillBundles(t *testing.T) (export string, man *onnxgraph.Manifest, build func(qnn.Precision) (*Bundle, string)) {
+// positions, 16 observed, one thread, forced) into a fresh folder, each
+// of set applied to its options first.
+func tinyPrefillBundles(t *testing.T) (export string, man *onnxgraph.Manifest, build func(qnn.Precision, ...func(*Options)) (*Bundle, string)) {
 	t.Helper()
 	model := fixturestest.Tiny(t, false)
 	export = exporttest.Export(t, model, onnxgraph.ExportOptions{Context: 64, Prefill: 16})
@@ -89,11 +90,15 @@ func tinyPrefillBundles(t *testing.T) (export string, man *onnxgraph.Manifest, b
 	if err != nil {
 		t.Fatal(err)
 	}
-	return export, man, func(prec qnn.Precision) (*Bundle, string) {
+	return export, man, func(prec qnn.Precision, set ...func(*Options)) (*Bundle, string) {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "qnn")
-		b, err := Build(context.Background(), Options{Model: model, Export: export, Out: out, Precision: prec,
-			Positions: 3, Observe: 16, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true})
+		o := Options{Model: model, Export: export, Out: out, Precision: prec,
+			Positions: 3, Observe: 16, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true}
+		for _, f := range set {
+			f(&o)
+		}
+		b, err := Build(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}

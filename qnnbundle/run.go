@@ -47,6 +47,7 @@ type Options struct {
 	HeadroomTensors    map[string]float64 // tensors (name or last name part) with a factor of their own
 	ORTLib             string             // libonnxruntime.so ("": ortrun.FindORTLib's search)
 	Threads            int                // ONNX Runtime intra-op threads (0: its default)
+	PromoteBelow       float64            // a layer graph of a 4-bit precision whose worst held-out sequence simulates below this many dB is rebuilt at Precision.Promoted() (0: none is)
 	Force              bool               // write below BarDB, and replace an existing Out
 	AllowShort         bool               // text shorter than the export's context, with a warning
 	Log                io.Writer
@@ -174,6 +175,12 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	b.Format, b.Version, b.Precision = "sparkconv-qnn-bundle", 1, o.Precision.Name
 	b.WeightBits, b.ActBits, b.EncodingsVer = o.Precision.WeightBits, o.Precision.ActBits, qnn.EncodingsVersion
 	b.Recipe = RecipeOf(o.Precision)
+	if o.Precision.Promotes() && o.PromoteBelow > 0 {
+		b.PromoteBelow = o.PromoteBelow
+		if b.Recipe != nil {
+			b.Recipe.PromotedGrid = RecipeOf(o.Precision.Promoted()).WeightGrid
+		}
+	}
 	b.Graphs = map[string]*GraphResult{}
 	b.Export = BundleExport{ManifestSHA256: manSHA.SHA256, Context: man.Context, Layout: man.Layout, Granularity: man.Granularity}
 	b.Calibration.Observed, b.Calibration.Kernels = pos.Observe, kernels.Family()
@@ -261,19 +268,15 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	pre := onnxgraph.PrefillOf(man)
 	bar := progress.New(int64(len(man.AllGraphs())), "qnn-bundle", false)
 	var qdq, qdqPre []onnxgraph.GraphEntry
-	var traceTime, calTime, simTime time.Duration
-	type job struct {
-		e   onnxgraph.GraphEntry
-		pos Positions
-		dec *onnxgraph.GraphEntry // a prefill graph's decode graph
-	}
-	var jobs []job
+	var jobs []graphJob
 	for _, e := range graphs {
-		jobs = append(jobs, job{e: e, pos: pos})
+		jobs = append(jobs, graphJob{e: e, pos: pos})
 		if pg, ok := pre[e.Name]; ok {
-			jobs = append(jobs, job{e: pg, pos: ppos, dec: &e})
+			jobs = append(jobs, graphJob{e: pg, pos: ppos, dec: &e})
 		}
 	}
+	var t graphTimes
+	promoted := map[string]bool{} // decode graphs rebuilt at o.Precision.Promoted()
 	for _, j := range jobs {
 		e := j.e
 		if err := ctx.Err(); err != nil {
@@ -292,52 +295,29 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 				}
 			}
 		}
-		t0 := time.Now()
-		traceTime += t0.Sub(tt)
-		samples, runs := held.samples(e)
-		ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom, Wider: o.HeadroomTensors, Held: samples}
-		if seqs != nil {
-			ro.More, _ = seqs.samples(e)
+		t.trace += time.Since(tt)
+		prec := o.Precision
+		if j.dec != nil && promoted[j.dec.Name] {
+			prec = prec.Promoted()
 		}
-		if j.dec != nil {
-			dec, err := qnn.ReadEncodings(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".encodings"))
-			if err != nil {
+		res, qe, err := o.graph(dir, j, cal[0], held, seqs, prec, &t)
+		if err != nil {
+			return err
+		}
+		if j.dec == nil && o.promotes(res) {
+			first := res
+			if err := first.remove(dir, e); err != nil {
 				return err
 			}
-			ro.Tie = PrefillTies(dec, *j.dec, e)
-			if o.Precision.Search {
-				ro.Params = map[string]qnn.Encoding{}
-				for _, p := range dec.Params {
-					ro.Params[p.Name] = p
-				}
+			if res, qe, err = o.graph(dir, j, cal[0], held, seqs, prec.Promoted(), &t); err != nil {
+				return err
 			}
-			if o.Precision.Solve {
-				if ro.Weights, err = decodeWeights(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".onnx"), dec); err != nil {
-					return err
-				}
-			}
+			res.Promoted = &Promotion{FromBits: prec.WeightBits, SNR: first.SNR, SNRWorstSeq: first.SNRWorstSeq, WorstSeq: first.WorstSeq}
+			promoted[e.Name] = true
+			b.Promoted = append(b.Promoted, e.Name)
 		}
-		res, qe, err := BundleGraph(o.Export, dir, cal[0], e, j.pos, o.Precision, ro)
-		if err != nil {
-			return err
-		}
-		t1 := time.Now()
-		sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, samples, len(held.Seqs), o.Threads)
-		if err != nil {
-			return err
-		}
-		calTime, simTime = calTime+t1.Sub(t0), simTime+time.Since(t1)
-		v := float64(sim.SNR)
-		res.SNR = finite(v)
-		if sim.Delta != nil {
-			res.SNRDelta = finite(float64(*sim.Delta))
-		}
-		res.Top1, res.Held, res.Kind = sim.Top1, runs, e.Kind
-		res.SNRWorst, res.WorstPos, res.WorstPosSeq = finite(sim.Worst), sim.WorstPos, sim.WorstPosSeq
-		res.SNRWorstSeq, res.WorstSeq = finite(sim.WorstSeq), sim.WorstSeqIdx
-		res.SNRSequences = make([]*float64, len(sim.Sequences))
-		for i, v := range sim.Sequences {
-			res.SNRSequences[i] = finite(v)
+		if promoted[e.Name] || (j.dec != nil && promoted[j.dec.Name]) {
+			res.WeightBits = qnn.PromotedBits
 		}
 		b.Graphs[e.Name] = res
 		b.GraphOrder = append(b.GraphOrder, e.Name)
@@ -352,13 +332,84 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 	if err := WriteQDQManifest(dir, man, qdq, qdqPre); err != nil {
 		return err
 	}
-	b.Calibration.Seconds = round2(b.Calibration.Seconds + traceTime.Seconds())
-	b.Calibration.CalibrateSeconds = round2(calTime.Seconds())
+	b.Calibration.Seconds = round2(b.Calibration.Seconds + t.trace.Seconds())
+	b.Calibration.CalibrateSeconds = round2(t.calibrate.Seconds())
 	b.Simulation = &BundleSimulation{Runtime: "ONNX Runtime " + ortrun.Version(), Optimize: SimOptimize,
-		Seconds: round2(simTime.Seconds()), BarDB: BarDB}
+		Seconds: round2(t.simulate.Seconds()), BarDB: BarDB}
 	b.Simulation.MinSNR, _ = b.lowest(func(r *GraphResult) *float64 { return r.SNR })
 	b.Simulation.MinSeqSNR, b.Simulation.MinSeqGraph = b.lowest(func(r *GraphResult) *float64 { return r.SNRWorstSeq })
 	return nil
+}
+
+// graphJob is one graph of the bundle: a decode graph, or a prefill graph
+// after its decode graph dec.
+type graphJob struct {
+	e   onnxgraph.GraphEntry
+	pos Positions
+	dec *onnxgraph.GraphEntry
+}
+
+// graphTimes add up where a bundle's time goes.
+type graphTimes struct{ trace, calibrate, simulate time.Duration }
+
+// promotes reports whether a decode layer graph built at o.Precision is
+// rebuilt at o.Precision.Promoted(): its worst held-out sequence simulates
+// below o.PromoteBelow.
+func (o Options) promotes(res *GraphResult) bool {
+	return o.PromoteBelow > 0 && o.Precision.Promotes() && res.isLayer() &&
+		res.SNRWorstSeq != nil && *res.SNRWorstSeq < o.PromoteBelow
+}
+
+// graph calibrates j's graph at prec on its trace cal, writes it under dir
+// and simulates its QDQ graph on the held-out sequences.
+func (o Options) graph(dir string, j graphJob, cal *Trace, held, seqs *HeldOut, prec qnn.Precision, t *graphTimes) (*GraphResult, *onnxgraph.GraphEntry, error) {
+	e := j.e
+	t0 := time.Now()
+	samples, runs := held.samples(e)
+	ro := RangeOptions{MaskClip: o.MaskClip, Headroom: o.Headroom, Wider: o.HeadroomTensors, Held: samples}
+	if seqs != nil {
+		ro.More, _ = seqs.samples(e)
+	}
+	if j.dec != nil {
+		dec, err := qnn.ReadEncodings(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".encodings"))
+		if err != nil {
+			return nil, nil, err
+		}
+		ro.Tie = PrefillTies(dec, *j.dec, e)
+		if prec.Search {
+			ro.Params = map[string]qnn.Encoding{}
+			for _, p := range dec.Params {
+				ro.Params[p.Name] = p
+			}
+		}
+		if prec.Solve {
+			if ro.Weights, err = decodeWeights(filepath.Join(dir, j.dec.Name+".aimet", j.dec.Name+".onnx"), dec); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	res, qe, err := BundleGraph(o.Export, dir, cal, e, j.pos, prec, ro)
+	if err != nil {
+		return nil, nil, err
+	}
+	t1 := time.Now()
+	sim, err := Simulate(filepath.Join(dir, QDQDir, e.File), e, samples, len(held.Seqs), o.Threads)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.calibrate, t.simulate = t.calibrate+t1.Sub(t0), t.simulate+time.Since(t1)
+	res.SNR = finite(float64(sim.SNR))
+	if sim.Delta != nil {
+		res.SNRDelta = finite(float64(*sim.Delta))
+	}
+	res.Top1, res.Held, res.Kind = sim.Top1, runs, e.Kind
+	res.SNRWorst, res.WorstPos, res.WorstPosSeq = finite(sim.Worst), sim.WorstPos, sim.WorstPosSeq
+	res.SNRWorstSeq, res.WorstSeq = finite(sim.WorstSeq), sim.WorstSeqIdx
+	res.SNRSequences = make([]*float64, len(sim.Sequences))
+	for i, v := range sim.Sequences {
+		res.SNRSequences[i] = finite(v)
+	}
+	return res, qe, nil
 }
 
 func finite(v float64) *float64 {
@@ -394,7 +445,13 @@ func (b *Bundle) WriteSummary(w io.Writer, out string, took time.Duration, wrote
 		if r.Search != nil {
 			line += fmt.Sprintf(", weights searched %+.1f dB", r.Search.GainDB)
 		}
+		if p := r.Promoted; p != nil {
+			line += fmt.Sprintf(", promoted to %d-bit weights (at %d bits: worst sequence %s dB (%d))", r.WeightBits, p.FromBits, fmtPtr(p.SNRWorstSeq), p.WorstSeq)
+		}
 		fmt.Fprintln(w, line)
+	}
+	if b.PromoteBelow > 0 {
+		fmt.Fprintf(w, "qnn-bundle: %d of the layer graphs promoted to %d-bit weights (worst held-out sequence under %g dB at %d bits)\n", len(b.Promoted), qnn.PromotedBits, b.PromoteBelow, b.WeightBits)
 	}
 	verb := "wrote"
 	if !wrote {

@@ -48,6 +48,9 @@ type BundleRecipe struct {
 	EmbedBits      int    `json:"embedding_bits"`
 	OtherParamBits int    `json:"other_param_bits"`
 	WeightGrid     string `json:"weight_grid"`
+	// PromotedGrid is the weight grid of a graph promoted out of the
+	// recipe (Options.PromoteBelow), when any may be.
+	PromotedGrid string `json:"promoted_weight_grid,omitempty"`
 }
 
 // RecipeOf is prec's BundleRecipe, or nil for a precision without mixed

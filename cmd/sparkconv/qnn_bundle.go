@@ -56,7 +56,11 @@ each channel's scale chosen by its output error on the observed activations
 is the same recipe with the layers' 4-bit weights in AIMET LPBQ blocks of 64
 input rows (an integer scale per block under a float scale per output
 channel, each block's scale chosen by its output error), as qai-hub-models'
-_set_4bit_weights_to_lpbq writes them.
+_set_4bit_weights_to_lpbq writes them. In both, a layer graph whose worst
+held-out sequence simulates below --promote-below dB (default 20, the bar)
+with 4-bit weights is rebuilt with 8-bit weights per output channel (the
+rest of the recipe as it was); bundle.json lists the promoted graphs
+(promoted) and each one's figures at 4 bits (promoted_from).
 
 The ranges are observed on the calibration text's first context of tokens
 as one stream and on its first --calib-sequences samples (default 64),
@@ -114,6 +118,7 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	fl.Float64Var(&f.MaskClip, "mask-clip", qnn.MaskClip, "low end of the attention mask's encoding (negative; mask_value saturates to it)")
 	fl.StringVar(&f.ORTLib, "ort-lib", "", "path of libonnxruntime.so (default: $SPARKCONV_ORT_LIB, then .ort/ in the repository)")
 	fl.IntVar(&f.Threads, "threads", 0, "ONNX Runtime intra-op threads (0: its default)")
+	fl.Float64Var(&f.PromoteBelow, "promote-below", qnnbundle.BarDB, "w4a16 and w4a16-lpbq: a layer graph whose worst held-out sequence simulates below this many dB with 4-bit weights is rebuilt with 8-bit weights per channel (0: never)")
 	fl.BoolVar(&f.Force, "force", false, "write a bundle below the SNR bar, and replace an existing output folder")
 	fl.BoolVar(&f.AllowShort, "allow-short", false, "bundle calibration text shorter than the export's context, with a warning giving the numbers")
 	freeForm(cmd, "model", "export", "out", "samples", "held-out-samples", "ort-lib")
@@ -131,6 +136,7 @@ existing OUT): the error names the layer, the sequence and the dB.`,
 	intIn(cmd, "threads", 0, 1024)
 	floatIn(cmd, "mask-clip", -1e6, -1e-9)
 	floatIn(cmd, "headroom", 1, 16)
+	floatIn(cmd, "promote-below", 0, 100)
 	checkedBy(cmd, "headroom-tensor", "NAME=FACTOR with a factor from 1 to 64", func(v string) error {
 		kv := map[string]string{}
 		if v = strings.TrimSuffix(strings.TrimPrefix(v, "["), "]"); v != "" {
@@ -154,6 +160,9 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 	prec, err := qnn.ParsePrecision(f.precision)
 	if err != nil {
 		return usagef("--precision: %v", err)
+	}
+	if cmd.Flags().Changed("promote-below") && !prec.Promotes() {
+		return usagef("--promote-below: %s has no 4-bit weights to promote (w4a16 and w4a16-lpbq have)", prec.Name)
 	}
 	start := time.Now()
 	o := f.Options

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,30 +175,46 @@ func TestQNNBundleCommand(t *testing.T) {
 		"--held-out-samples", a, "--held-out-samples", missing); code != 1 || !strings.Contains(stderr, missing) {
 		t.Errorf("a missing --held-out-samples file: exit %d\n%s", code, stderr)
 	}
-	// w4a16 on the fixture's random weights simulates below the bar:
-	// refused without --force, and with it every pair lints clean and
-	// bundle.json records the recipe and each layer's weight search.
+	// w4a16 on the fixture's random weights simulates below the bar: with
+	// --promote-below 0 it is refused without --force; at the default
+	// every layer is rebuilt with 8-bit weights and clears the bar, and
+	// bundle.json says so; every pair lints clean and bundle.json records
+	// the recipe and each layer's weight search.
 	w4 := filepath.Join(dir, "w4a16")
-	_, stderr, code = run(t, "qnn-bundle", "--model", model, "--export", export, "--out", w4, "--precision", "w4a16",
-		"--positions", "4", "--observe", "32", "--held-out", "4", "--threads", "1")
+	w4args := []string{"qnn-bundle", "--model", model, "--export", export, "--out", w4, "--precision", "w4a16",
+		"--positions", "4", "--observe", "32", "--held-out", "4", "--threads", "1"}
+	_, stderr, code = run(t, append(w4args, "--promote-below", "0")...)
 	if code != 1 || !strings.Contains(stderr, "refused: w4a16 simulates at") {
 		t.Errorf("w4a16 without --force: exit %d\n%s", code, stderr)
 	}
-	stdout = mustRun(t, "qnn-bundle", "--model", model, "--export", export, "--out", w4, "--precision", "w4a16",
-		"--positions", "4", "--observe", "32", "--held-out", "4", "--threads", "1", "--json", "--force")
+	stdout = mustRun(t, append(w4args, "--json")...)
 	var b4 qnnbundle.Bundle
 	if err := json.Unmarshal([]byte(stdout), &b4); err != nil {
 		t.Fatalf("w4a16: --json: %v\n%s", err, stdout)
 	}
-	if b4.WeightBits != 4 || b4.Recipe == nil || b4.Recipe.HeadBits != 8 || b4.Recipe.KVBits != 8 || !b4.Forced {
+	if b4.WeightBits != 4 || b4.Recipe == nil || b4.Recipe.HeadBits != 8 || b4.Recipe.KVBits != 8 || b4.Forced ||
+		b4.PromoteBelow != qnnbundle.BarDB || !strings.HasPrefix(b4.Recipe.PromotedGrid, "8-bit symmetric per output channel") ||
+		!slices.Equal(b4.Promoted, []string{"layer_00", "layer_01", "layer_02", "layer_03"}) {
 		t.Errorf("w4a16 bundle.json: %+v, recipe %+v", b4, b4.Recipe)
 	}
 	for name, g := range b4.Graphs {
-		if strings.HasPrefix(name, "layer_") && (g.Search == nil || g.Search.Weights != 8) {
-			t.Errorf("w4a16 %s: weight search %+v", name, g.Search)
+		if strings.HasPrefix(name, "layer_") {
+			if g.Search == nil || g.Search.Weights != 8 {
+				t.Errorf("w4a16 %s: weight search %+v", name, g.Search)
+			}
+			if p := g.Promoted; g.WeightBits != 8 || p == nil || p.FromBits != 4 || p.SNRWorstSeq == nil || *p.SNRWorstSeq >= qnnbundle.BarDB ||
+				*g.SNRWorstSeq < qnnbundle.BarDB {
+				t.Errorf("w4a16 %s: weight bits %d, promoted from %+v, worst sequence %v", name, g.WeightBits, p, *g.SNRWorstSeq)
+			}
 		}
 		aimet := filepath.Join(w4, name+".aimet")
 		mustRun(t, "lint", filepath.Join(aimet, name+".onnx"), "--encodings", filepath.Join(aimet, name+".encodings"))
+	}
+	for _, args := range [][]string{{"--promote-below", "-1"}, {"--promote-below", "101"}, {"--promote-below", "NaN"}, {"--promote-below", "10"}} {
+		a := append([]string{"qnn-bundle", "--model", model, "--export", export, "--out", filepath.Join(dir, "x"), "--precision", "w8a16"}, args...)
+		if _, stderr, code := run(t, a...); code != 2 || !strings.Contains(stderr, "--promote-below") {
+			t.Errorf("%v: exit %d, want 2\n%s", args, code, stderr)
+		}
 	}
 	for _, args := range [][]string{
 		{"--precision", "w4a8"}, {"--positions", "0"}, {"--mask-clip", "0"}, {"--held-out", "-1"}, {"--held-out-samples", ""},
