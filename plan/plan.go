@@ -23,13 +23,16 @@ import (
 var Targets = []string{"auto", "x86-amx", "x86-avx512", "x86-avx2", "arm64", "phone"}
 
 // Priorities are the values of --priority.
-var Priorities = []string{"speed", "fidelity"}
+var Priorities = []string{"speed", "fidelity", "size"}
 
 // The weight paths.
 const (
 	PathW4A8  = "w4a8-gptq"
 	PathW4A16 = "w4a16"
 	PathONNX  = "onnx-w8a16"
+	// PathONNXW4 is the phone path at --priority size: the decode-step
+	// export with the w4a16-lpbq bundle.
+	PathONNXW4 = "onnx-w4a16-lpbq"
 )
 
 // Probe is what was read about the machine.
@@ -136,6 +139,9 @@ const (
 	runsW4A8     = "vLLM (0.33 and later) CPUWNA16LinearKernel: int4_scaled_mm_cpu on AMX tiles, activations quantized per row to int8, when the model is bf16 and VLLM_CPU_INT4_W4A8 is on (its default); otherwise the same checkpoint runs on cpu_gemm_wna16 with bf16 activations"
 	runsTinygemm = "torch's tinygemm int4 kernel (_weight_int4pack_mm_for_cpu) with bf16 activations, the weights in the layout --pack names"
 	gptqNoAMX    = "the gptq (W4A8) checkpoint loads here too: without AMX vLLM runs it on cpu_gemm_wna16 (the \"vec\" ISA) with bf16 activations, so it scores as its weights alone, not as W4A8 (on the real model its int8 activations cost 1.25x the weights-only mean KLD); w4a16's asymmetric grid stays the more faithful build"
+	runsQNN      = "Qualcomm's QNN HTP backend (through AI Hub or qnn-context-binary-generator), the host driving the decode-step graphs with their KV caches"
+	sizeCPU      = "size first: the CPU builds are 4-bit at group 128 alike (about 4.2 bits a layer weight: gptq's scale and packed zero point, w4a16's bf16 scale and zero point per group of 128), so size picks what speed picks"
+	sizeQNN      = "phone, size first: the decode-step export quantized as the w4a16-lpbq bundle, Qualcomm's LLM recipe (4-bit layer weights in AIMET LPBQ blocks of 64, the head's weights and the KV cache at 8 bits, 16-bit activations), half the w8a16 bundle's layer weight bytes on the device; qnn-bundle rebuilds a layer with 8-bit weights where its worst held-out sequence falls under 20 dB (--promote-below); it costs fidelity: on a real model (rotated, export at context 1024, qnn-bundle's defaults) every layer simulates at 20.5 dB or more on each held-out sequence (none promoted) against w8a16's 34.5, and eval gives a mean KLD of 0.41 and perplexity x1.43 on held-out text against w8a16's 0.0097 and x1.005"
 	rotatedQNN   = "built from the rotated checkpoint with down_proj smoothing (rotate): on a real model every layer of the w8a16 bundle simulates at 34.5 dB or more on each held-out sequence (prose, chat with tool calls and JSON, code), against 16.5 dB at worst unrotated (12 layers under 30 on some sequence, refused by the 20 dB bar)"
 )
 
@@ -144,6 +150,11 @@ const (
 func Choose(target, priority, model string) (Choice, error) {
 	if !slices.Contains(Priorities, priority) {
 		return Choice{}, fmt.Errorf("--priority %q: want one of %s", priority, strings.Join(Priorities, ", "))
+	}
+	if priority == "size" && target != "phone" {
+		c, err := Choose(target, "speed", model)
+		c.Priority, c.Why = priority, sizeCPU+"; "+c.Why
+		return c, err
 	}
 	out := strings.TrimSuffix(model, "/")
 	c := Choice{Target: target, Priority: priority, Verified: true}
@@ -177,9 +188,16 @@ func Choose(target, priority, model string) (Choice, error) {
 		w4a16("portable", "ARM64: W4A16 through torch's CPU int4 kernel (portable codes); no build has been measured on ARM, so check it with sparkconv eval and on the device")
 		c.Verified = false
 	case "phone":
+		if priority == "size" {
+			c.Path = PathONNXW4
+			c.Command = fmt.Sprintf("sparkconv rotate --model %s --out %s-rot && sparkconv export-onnx --model %s-rot --out %s-onnx --layout ring && sparkconv qnn-bundle --model %s-rot --export %s-onnx --out %s-qnn --precision w4a16-lpbq", model, out, out, out, out, out, out)
+			c.Runs = runsQNN
+			c.Why = sizeQNN
+			break
+		}
 		c.Path = PathONNX
 		c.Command = fmt.Sprintf("sparkconv rotate --model %s --out %s-rot && sparkconv export-onnx --model %s-rot --out %s-onnx --layout ring && sparkconv qnn-bundle --model %s-rot --export %s-onnx --out %s-qnn --precision w8a16", model, out, out, out, out, out, out)
-		c.Runs = "Qualcomm's QNN HTP backend (through AI Hub or qnn-context-binary-generator), the host driving the decode-step graphs with their KV caches"
+		c.Runs = runsQNN
 		c.Why = "phone: one decode step per layer as ONNX with explicit ring KV caches for QNN, quantized as the calibrated w8a16 bundle (8-bit weights, 16-bit activations with ranges from real text: 36.9 dB per layer on a phone NPU, where uncalibrated w4a16 is uncorrelated and w8a8 falls to 5.1 dB); " + rotatedQNN
 	default:
 		return Choice{}, fmt.Errorf("--target %q: want one of %s", target, strings.Join(Targets, ", "))

@@ -72,6 +72,18 @@ func TestChooseTargets(t *testing.T) {
 	if c, _ := Choose("phone", "speed", "M"); !strings.Contains(c.Command, "export-onnx") || !strings.Contains(c.Command, "qnn-bundle") || !strings.Contains(c.Command, "--precision w8a16") {
 		t.Errorf("phone command %q", c.Command)
 	}
+	// Size first: the phone gets the w4a16-lpbq bundle; a CPU what speed
+	// picks, saying why.
+	if c, _ := Choose("phone", "size", "M"); c.Path != PathONNXW4 || !strings.Contains(c.Command, "--precision w4a16-lpbq") || !strings.Contains(c.Command, "sparkconv rotate") || c.Runs == "" {
+		t.Errorf("phone, size: %+v", c)
+	}
+	for _, target := range []string{"x86-amx", "x86-avx512", "x86-avx2", "x86", "arm64"} {
+		speed, _ := Choose(target, "speed", "M")
+		size, err := Choose(target, "size", "M")
+		if err != nil || size.Path != speed.Path || size.Command != speed.Command || size.Priority != "size" || !strings.HasPrefix(size.Why, "size first") {
+			t.Errorf("%s, size: %+v (%v), speed %+v", target, size, err, speed)
+		}
+	}
 	if _, err := Choose("mips", "speed", "M"); err == nil || !strings.Contains(err.Error(), "--target") {
 		t.Errorf("bad target: %v", err)
 	}

@@ -16,18 +16,21 @@ import (
 func init() {
 	var target, priority, cpuinfo, model string
 	cmd := &cobra.Command{
-		Use:   "plan [--target auto|x86-amx|x86-avx512|x86-avx2|arm64|phone] [--priority speed|fidelity] [--cpuinfo FILE] [--model DIR]",
+		Use:   "plan [--target auto|x86-amx|x86-avx512|x86-avx2|arm64|phone] [--priority speed|fidelity|size] [--cpuinfo FILE] [--model DIR]",
 		Short: "Choose the weight path for a target machine and print the command that builds it",
 		Long: `Chooses how to build the model for a target: an x86 CPU with AMX runs GPTQ
 W4A8 (vLLM's int4_scaled_mm_cpu on AMX tiles); without AMX, or with
 --priority fidelity, W4A16 (torch's tinygemm with bf16 activations), packed for
 the CPU's kernel; ARM64 gets W4A16 too, flagged unverified; a phone gets the
-ONNX decode-step export with the calibrated w8a16 QNN bundle. --target auto
+ONNX decode-step export with the calibrated w8a16 QNN bundle, or with
+--priority size the w4a16-lpbq bundle (4-bit weights in blocks of 64); on a
+CPU the 4-bit builds are one size, so size picks what speed picks. --target auto
 (the default) probes /proc/cpuinfo (or --cpuinfo FILE, e.g. one recorded on the
 target machine) for amx_tile, amx_int8, avx512f and avx2.`,
 		Example: `  sparkconv plan
   sparkconv plan --cpuinfo target-cpuinfo.txt --model /tmp/spark --json
-  sparkconv plan --target phone --model /tmp/spark`,
+  sparkconv plan --target phone --model /tmp/spark
+  sparkconv plan --target phone --priority size --model /tmp/spark`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cpuinfo != "" && target != "auto" {
@@ -70,7 +73,7 @@ target machine) for amx_tile, amx_int8, avx512f and avx2.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&target, "target", "auto", "auto (probe this machine or --cpuinfo), x86-amx, x86-avx512, x86-avx2, arm64 or phone")
-	f.StringVar(&priority, "priority", "speed", "speed or fidelity")
+	f.StringVar(&priority, "priority", "speed", "speed, fidelity or size")
 	f.StringVar(&cpuinfo, "cpuinfo", "", "probe this /proc/cpuinfo text instead of the running machine's")
 	f.StringVar(&model, "model", "MODEL", "the model folder, used in the printed command")
 	oneOf(cmd, "target", plan.Targets...)
