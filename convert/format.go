@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"sparkconv/dtype"
+	"sparkconv/forward"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
@@ -43,6 +44,10 @@ type Format interface {
 	// are act ("" when MixedDTypes spared asking): what the solver, the
 	// code chooser and the parts get.
 	Grid(act dtype.DType) GridSpec
+	// InputAct is the input rule of the format's runtime for a model of
+	// activation dtype act: what the reader's forward and keep-float apply
+	// to a quantized linear's input.
+	InputAct(act dtype.DType) forward.Act
 	// Targets are the linears the build quantizes.
 	Targets(cfg *spark.Config) []Target
 	// Method names the rule that chooses the codes without a solver (the

@@ -75,6 +75,16 @@ func (f GPTQ) Grid(dtype.DType) GridSpec {
 	return GridSpec{Kind: GridSym4, Group: f.Group, DType: quant.ScaleF16, Search: !f.NoSearch}
 }
 
+// InputAct is vLLM's CPU input rule for the checkpoint: W4A8
+// (quantize_row_int8, int8 per row) for a bf16 model, the W4A16 path in
+// the model's dtype otherwise.
+func (GPTQ) InputAct(act dtype.DType) forward.Act {
+	if act == dtype.BF16 {
+		return forward.Act{DType: act, Int8: forward.Int8VLLMRow}
+	}
+	return forward.Act{DType: act}
+}
+
 // Targets are the 5 linears of every layer and, with QuantHead, the head,
 // less the kept ones.
 func (f GPTQ) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, f.QuantHead)) }
@@ -340,10 +350,7 @@ func (r gptqReader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, d
 		return forward.Act{}, fmt.Errorf("%s.scales: %w", mod, err)
 	}
 	dequantizeInt4(&res, dst)
-	if r.w4a8() {
-		return forward.Act{DType: dtype.BF16, Int8: forward.Int8VLLMRow}, nil
-	}
-	return forward.Act{DType: r.act}, nil
+	return GPTQ{}.InputAct(r.act), nil
 }
 
 func (gptqReader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {

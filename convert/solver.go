@@ -26,6 +26,33 @@ type GridSpec struct {
 	Search bool
 }
 
+// RoundTrip returns the weights w [n, k] rounded to nearest on the grid
+// and dequantized: what the build makes of a linear without a solve (for
+// int8, amax/127.5 per row in s.DType; for 4 bits, s.Group's parameters by
+// the search or the plain rule).
+func (s GridSpec) RoundTrip(w []float32, n, k int) ([]float32, error) {
+	m := quant.F32Matrix(n, k, w)
+	out := make([]float32, n*k)
+	if s.Kind == GridInt8 {
+		scales, err := quant.Int8Scales(m, s.DType)
+		if err != nil {
+			return nil, err
+		}
+		var r quant.Int8Result
+		if err := quant.QuantizeInt8Scaled(&r, m, scales); err != nil {
+			return nil, err
+		}
+		r.Dequantize(out)
+		return out, nil
+	}
+	var r quant.Int4Result
+	if err := s.Kind.quantize(&r, m, s.Group, s.DType, s.Search); err != nil {
+		return nil, err
+	}
+	r.Dequantize(out)
+	return out, nil
+}
+
 // SolveSpec is what a Solver is asked for: the grid and every target.
 type SolveSpec struct {
 	GridSpec

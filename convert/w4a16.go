@@ -95,6 +95,10 @@ func (f W4A16) Grid(act dtype.DType) GridSpec {
 	return GridSpec{Kind: GridAsym4, Group: f.Group, DType: ScaleDType(act), Search: !f.NoSearch}
 }
 
+// InputAct is tinygemm's input rule: the model's activation dtype (bf16
+// for a bf16 model), no activation quantization.
+func (W4A16) InputAct(act dtype.DType) forward.Act { return forward.Act{DType: act} }
+
 // Targets are the 5 linears of every layer and, with QuantHead, the head.
 func (f W4A16) Targets(cfg *spark.Config) []Target { return Targets(cfg, f.QuantHead) }
 
@@ -282,7 +286,7 @@ func (r w4a16Reader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, 
 		return forward.Act{}, fmt.Errorf("%s: %w", mod, err)
 	}
 	dequantizeInt4(&res, dst)
-	return forward.Act{DType: r.act}, nil
+	return W4A16{}.InputAct(r.act), nil
 }
 
 func (w4a16Reader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {

@@ -80,6 +80,12 @@ func (W8A8) Grid(act dtype.DType) GridSpec {
 	return GridSpec{Kind: GridInt8, DType: ScaleDType(act)}
 }
 
+// InputAct is vLLM's input rule for the checkpoint: int8 per token,
+// dynamic and symmetric, in the model's activation dtype.
+func (W8A8) InputAct(act dtype.DType) forward.Act {
+	return forward.Act{DType: act, Int8: forward.Int8Dynamic}
+}
+
 // Targets are the 5 linears of every layer, less the kept ones (the head
 // never: vLLM's compressed-tensors scheme ignores lm_head).
 func (f W8A8) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, false)) }
@@ -320,7 +326,7 @@ func (r w8a8Reader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, d
 			p.Dequantize(dst[row*k:(row+1)*k], codes)
 		}
 	})
-	return forward.Act{DType: r.act, Int8: forward.Int8Dynamic}, nil
+	return W8A8{}.InputAct(r.act), nil
 }
 
 func (w8a8Reader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"sparkconv/calib"
+	"sparkconv/convert"
 	"sparkconv/dtype"
 	"sparkconv/fixtures/fixturestest"
+	"sparkconv/forward"
 	"sparkconv/spark"
 )
 
@@ -22,8 +24,8 @@ func TestChoose(t *testing.T) {
 		name   string
 		format func(dtype.DType) Format
 	}{
-		{"w8a8", W8A8},
-		{"gptq", func(act dtype.DType) Format { return GPTQ(act, 64) }},
+		{"w8a8", w8a8},
+		{"gptq", func(act dtype.DType) Format { return Of(convert.GPTQ{Group: 64}, act) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			keep, all, err := Choose(context.Background(), dir, Options{Count: 3, Tokens: 512, Format: c.format})
@@ -89,7 +91,7 @@ func TestChoose(t *testing.T) {
 func TestChooseRefusesCount(t *testing.T) {
 	dir := fixturestest.Tiny(t, false)
 	for _, n := range []int{0, 17, -1} {
-		if _, _, err := Choose(context.Background(), dir, Options{Count: n, Tokens: 256, Format: W8A8}); err == nil {
+		if _, _, err := Choose(context.Background(), dir, Options{Count: n, Tokens: 256, Format: w8a8}); err == nil {
 			t.Errorf("--keep-float %d accepted on a 16-unit model", n)
 		}
 	}
@@ -152,4 +154,27 @@ func newRun(t *testing.T, sm *spark.Model, f Format, chunks []calib.Chunk) *run 
 		t.Fatal(err)
 	}
 	return r
+}
+
+func w8a8(act dtype.DType) Format { return Of(convert.W8A8{}, act) }
+
+// TestFormatOf: a format's keep-float Format is its grid and its reader's
+// input rule, and describes itself as it always has (config.json records
+// the sentence).
+func TestFormatOf(t *testing.T) {
+	for _, c := range []struct {
+		f    convert.Format
+		act  dtype.DType
+		want string
+		int8 forward.Int8Rule
+	}{
+		{convert.W8A8{}, dtype.BF16, "int8 per channel, round to nearest", forward.Int8Dynamic},
+		{convert.GPTQ{Group: 64}, dtype.BF16, "int4 symmetric group 64, MSE-searched scales, round to nearest", forward.Int8VLLMRow},
+		{convert.GPTQ{Group: 32, NoSearch: true}, dtype.F16, "int4 symmetric group 32, plain scales, round to nearest", forward.NoInt8},
+	} {
+		f := Of(c.f, c.act)
+		if f.Grid != c.f.Grid(c.act) || f.Act.DType != c.act || f.Act.Int8 != c.int8 || f.describe() != c.want+"; inputs "+f.Act.String() {
+			t.Errorf("%s %s: %+v, %q", c.f.Name(), c.act, f, f.describe())
+		}
+	}
 }
