@@ -190,31 +190,6 @@ func (f GPTQ) QuantConfig(cal *Calibration, version string) map[string]any {
 	return qc
 }
 
-// calMeta records a calibration in a config's meta.
-func calMeta(meta map[string]any, cal *Calibration) {
-	meta["method"] = cal.Method
-	meta["calibration"] = map[string]any{
-		"sources": cal.Sources, "sha256": cal.SHA256, "samples": cal.Samples, "tokens": cal.Tokens,
-		"hessian_tokens": cal.HessianTokens, "token_budget": cal.TokenBudget, "seq_len": cal.SeqLen,
-	}
-	meta["damp_percent"] = cal.DampPercent
-	meta["act_order"] = cal.ActOrder
-	meta["static_groups"] = cal.StaticGroups
-	meta["true_sequential"] = cal.TrueSequential
-	meta["sequential"] = cal.Sequential
-	meta["kernels"] = cal.Kernels
-	fb := []string{}
-	for _, f := range cal.Fallbacks {
-		fb = append(fb, f.Module+": "+f.Method)
-	}
-	meta["fallbacks"] = fb
-	rd := []string{}
-	for _, d := range cal.Redamped {
-		rd = append(rd, fmt.Sprintf("%s: %g", d.Module, d.DampPercent))
-	}
-	meta["redamped"] = rd
-}
-
 // GPTQParts are the four tensors of one quantized linear W[N, K] with group g:
 // qweight int32 [K/8, N], qzeros int32 [K/g, N/8] (all 0x77777777), scales
 // fp16 [K/g, N], g_idx int32 [K] = k/g.

@@ -10,7 +10,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"unsafe"
 
+	"sparkconv/dtype"
 	"sparkconv/quant"
 )
 
@@ -224,4 +226,51 @@ func (j *Job) moduleReport(t Target) *ModuleReport {
 		return nil
 	}
 	return j.solution.Module(t)
+}
+
+// ScaleDType maps a weight dtype to the dtype its scales are stored in.
+func ScaleDType(dt dtype.DType) quant.ScaleDType {
+	switch dt {
+	case dtype.BF16:
+		return quant.ScaleBF16
+	case dtype.F16:
+		return quant.ScaleF16
+	}
+	return quant.ScaleF32
+}
+
+// weightMatrix views a float tensor's raw little-endian bytes as a quant
+// matrix without copying bf16 (the common case); F16 and F32 are decoded.
+func weightMatrix(raw []byte, dt dtype.DType, n, k int) quant.Matrix {
+	if dt == dtype.BF16 {
+		return quant.BF16Matrix(n, k, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/2))
+	}
+	f := make([]float32, n*k)
+	_ = dtype.ToFloat32(f, raw, dt)
+	return quant.F32Matrix(n, k, f)
+}
+
+// calMeta records a calibration in a config's meta.
+func calMeta(meta map[string]any, cal *Calibration) {
+	meta["method"] = cal.Method
+	meta["calibration"] = map[string]any{
+		"sources": cal.Sources, "sha256": cal.SHA256, "samples": cal.Samples, "tokens": cal.Tokens,
+		"hessian_tokens": cal.HessianTokens, "token_budget": cal.TokenBudget, "seq_len": cal.SeqLen,
+	}
+	meta["damp_percent"] = cal.DampPercent
+	meta["act_order"] = cal.ActOrder
+	meta["static_groups"] = cal.StaticGroups
+	meta["true_sequential"] = cal.TrueSequential
+	meta["sequential"] = cal.Sequential
+	meta["kernels"] = cal.Kernels
+	fb := []string{}
+	for _, f := range cal.Fallbacks {
+		fb = append(fb, f.Module+": "+f.Method)
+	}
+	meta["fallbacks"] = fb
+	rd := []string{}
+	for _, d := range cal.Redamped {
+		rd = append(rd, fmt.Sprintf("%s: %g", d.Module, d.DampPercent))
+	}
+	meta["redamped"] = rd
 }

@@ -220,28 +220,6 @@ func (l *w8a8RTN) release() {
 	}
 }
 
-// weightMatrix views a float tensor's raw little-endian bytes as a quant
-// matrix without copying bf16 (the common case); F16 and F32 are decoded.
-func weightMatrix(raw []byte, dt dtype.DType, n, k int) quant.Matrix {
-	if dt == dtype.BF16 {
-		return quant.BF16Matrix(n, k, unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw)/2))
-	}
-	f := make([]float32, n*k)
-	_ = dtype.ToFloat32(f, raw, dt)
-	return quant.F32Matrix(n, k, f)
-}
-
-// ScaleDType maps a weight dtype to the dtype its scales are stored in.
-func ScaleDType(dt dtype.DType) quant.ScaleDType {
-	switch dt {
-	case dtype.BF16:
-		return quant.ScaleBF16
-	case dtype.F16:
-		return quant.ScaleF16
-	}
-	return quant.ScaleF32
-}
-
 // w8a8Reader reads a compressed-tensors W8A8 checkpoint back: w = q *
 // weight_scale per output channel; the runtime (vLLM's
 // CompressedTensorsW8A8Int8, dynamic per-token input) quantizes each
