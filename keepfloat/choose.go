@@ -13,7 +13,6 @@ import (
 
 	"sparkconv/calib"
 	"sparkconv/convert"
-	"sparkconv/dtype"
 	"sparkconv/forward"
 	"sparkconv/infile"
 	"sparkconv/kernels"
@@ -40,9 +39,9 @@ type Options struct {
 	Count  int      // units to keep, 1 or more
 	Files  []string // calibration samples files; none: the embedded corpus
 	Tokens int      // calibration tokens measured
-	// Format is the target build for a model of activation dtype act
-	// (W8A8, GPTQ).
-	Format func(act dtype.DType) Format
+	// Format is the target build (convert.W8A8, convert.GPTQ): its grid
+	// and input rule are what each unit is measured with.
+	Format convert.Format
 	Log    io.Writer // progress lines; nil: none
 }
 
@@ -79,7 +78,7 @@ func Choose(ctx context.Context, dir string, o Options) (*convert.KeepFloat, []M
 	if !ok {
 		return nil, nil, fmt.Errorf("%s: no %s", dir, spark.LayerWeight(0, spark.QKV))
 	}
-	f := o.Format(qkv.DType)
+	f := ruleOf(o.Format, qkv.DType)
 	r, err := start(sm, f, chunks)
 	if err != nil {
 		return nil, nil, err
@@ -217,7 +216,7 @@ func (s *spreader) offer(c calib.Chunk) {
 // log-probabilities at the scored positions.
 type run struct {
 	m      *forward.Model
-	f      Format
+	f      rule
 	chunks []calib.Chunk
 	xs     [][][]float32 // xs[i][k]: layer i's input on chunk k
 	ref    []float32     // log-probabilities [scored, V]
@@ -225,7 +224,7 @@ type run struct {
 }
 
 // start opens the forward on sm and runs the reference.
-func start(sm *spark.Model, f Format, chunks []calib.Chunk) (*run, error) {
+func start(sm *spark.Model, f rule, chunks []calib.Chunk) (*run, error) {
 	m, err := forward.New(sm, forward.Options{})
 	if err != nil {
 		return nil, err

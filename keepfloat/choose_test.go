@@ -22,10 +22,10 @@ func TestChoose(t *testing.T) {
 	dir := fixturestest.Tiny(t, false)
 	for _, c := range []struct {
 		name   string
-		format func(dtype.DType) Format
+		format convert.Format
 	}{
-		{"w8a8", w8a8},
-		{"gptq", func(act dtype.DType) Format { return Of(convert.GPTQ{Group: 64}, act) }},
+		{"w8a8", convert.W8A8{}},
+		{"gptq", convert.GPTQ{Group: 64}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			keep, all, err := Choose(context.Background(), dir, Options{Count: 3, Tokens: 512, Format: c.format})
@@ -59,7 +59,7 @@ func TestChoose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := newRun(t, sm, c.format(dtype.BF16), chunks)
+			r := newRun(t, sm, ruleOf(c.format, dtype.BF16), chunks)
 			again, err := r.cost(all[0].Unit)
 			if err != nil {
 				t.Fatal(err)
@@ -91,7 +91,7 @@ func TestChoose(t *testing.T) {
 func TestChooseRefusesCount(t *testing.T) {
 	dir := fixturestest.Tiny(t, false)
 	for _, n := range []int{0, 17, -1} {
-		if _, _, err := Choose(context.Background(), dir, Options{Count: n, Tokens: 256, Format: w8a8}); err == nil {
+		if _, _, err := Choose(context.Background(), dir, Options{Count: n, Tokens: 256, Format: convert.W8A8{}}); err == nil {
 			t.Errorf("--keep-float %d accepted on a 16-unit model", n)
 		}
 	}
@@ -147,7 +147,7 @@ func TestSpread(t *testing.T) {
 }
 
 // newRun is a measurement's state on sm.
-func newRun(t *testing.T, sm *spark.Model, f Format, chunks []calib.Chunk) *run {
+func newRun(t *testing.T, sm *spark.Model, f rule, chunks []calib.Chunk) *run {
 	t.Helper()
 	r, err := start(sm, f, chunks)
 	if err != nil {
@@ -156,12 +156,10 @@ func newRun(t *testing.T, sm *spark.Model, f Format, chunks []calib.Chunk) *run 
 	return r
 }
 
-func w8a8(act dtype.DType) Format { return Of(convert.W8A8{}, act) }
-
-// TestFormatOf: a format's keep-float Format is its grid and its reader's
+// TestRuleOf: a format's keep-float rule is its grid and its reader's
 // input rule, and describes itself as it always has (config.json records
 // the sentence).
-func TestFormatOf(t *testing.T) {
+func TestRuleOf(t *testing.T) {
 	for _, c := range []struct {
 		f    convert.Format
 		act  dtype.DType
@@ -172,7 +170,7 @@ func TestFormatOf(t *testing.T) {
 		{convert.GPTQ{Group: 64}, dtype.BF16, "int4 symmetric group 64, MSE-searched scales, round to nearest", forward.Int8VLLMRow},
 		{convert.GPTQ{Group: 32, NoSearch: true}, dtype.F16, "int4 symmetric group 32, plain scales, round to nearest", forward.NoInt8},
 	} {
-		f := Of(c.f, c.act)
+		f := ruleOf(c.f, c.act)
 		if f.Grid != c.f.Grid(c.act) || f.Act.DType != c.act || f.Act.Int8 != c.int8 || f.describe() != c.want+"; inputs "+f.Act.String() {
 			t.Errorf("%s %s: %+v, %q", c.f.Name(), c.act, f, f.describe())
 		}

@@ -8,21 +8,21 @@ import (
 	"sparkconv/forward"
 )
 
-// Format is how the target build quantizes one linear, as the format
+// rule is how the target format quantizes one linear, as the format
 // itself says: its grid (convert.Format.Grid, rounded to nearest) and its
 // runtime's input rule (convert.Format.InputAct).
-type Format struct {
+type rule struct {
 	Name string
 	Grid convert.GridSpec
 	Act  forward.Act
 }
 
-// Of is format f's Format for a model of activation dtype act.
-func Of(f convert.Format, act dtype.DType) Format {
-	return Format{Name: f.Name(), Grid: f.Grid(act), Act: f.InputAct(act)}
+// ruleOf is format f's rule for a model of activation dtype act.
+func ruleOf(f convert.Format, act dtype.DType) rule {
+	return rule{Name: f.Name(), Grid: f.Grid(act), Act: f.InputAct(act)}
 }
 
-func (f Format) describe() string {
+func (f rule) describe() string {
 	g := "int8 per channel, round to nearest"
 	if f.Grid.Kind != convert.GridInt8 {
 		params := "MSE-searched scales"
@@ -35,6 +35,6 @@ func (f Format) describe() string {
 }
 
 // quantize returns the dequantized round-to-nearest weights of w [n, k].
-func (f Format) quantize(w []float32, n, k int) ([]float32, error) {
+func (f rule) quantize(w []float32, n, k int) ([]float32, error) {
 	return f.Grid.RoundTrip(w, n, k)
 }

@@ -4,8 +4,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
-	"sparkconv/dtype"
-	"sparkconv/keepfloat"
 )
 
 func init() {
@@ -45,7 +43,7 @@ precision.` + calibHelp,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.runCalibrated(cmd, &kf, func(opt *convert.Options) (convert.Format, error) {
 				var err error
-				o.Keep, err = keep.choose(cmd, opt, kf.c.Files, func(act dtype.DType) keepfloat.Format { return keepfloat.Of(o, act) })
+				o.Keep, err = keep.choose(cmd, opt, kf.c.Files, o)
 				return o, err
 			}, func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
 		},

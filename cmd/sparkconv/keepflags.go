@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
-	"sparkconv/dtype"
 	"sparkconv/keepfloat"
 	"sparkconv/spark"
 )
@@ -41,7 +40,7 @@ func (k *keepFlags) register(cmd *cobra.Command) {
 // --keep-float). files are the calibration samples (--samples). The files
 // the measurement read are added to opt.Stamps: the build commits only if
 // they are unchanged, so its codes and its choice come from one model.
-func (k *keepFlags) choose(cmd *cobra.Command, opt *convert.Options, files []string, format func(dtype.DType) keepfloat.Format) (*convert.KeepFloat, error) {
+func (k *keepFlags) choose(cmd *cobra.Command, opt *convert.Options, files []string, format convert.Format) (*convert.KeepFloat, error) {
 	model := opt.Model
 	if k.n > 0 && len(k.modules) > 0 {
 		return nil, usagef("--keep-float N measures which units to keep, --keep-float-modules names them: give one")

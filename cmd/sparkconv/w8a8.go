@@ -4,8 +4,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
-	"sparkconv/dtype"
-	"sparkconv/keepfloat"
 )
 
 func init() {
@@ -43,7 +41,7 @@ their measured cost.` + calibHelp,
 				return usagef("--smooth with --keep-float: a kept q_k_v_proj leaves its layer's input norm unsmoothed, so the config's smoothquant_alpha would not say what was done; rotate's --smooth-down combines with --keep-float")
 			}
 			return cf.runCalibrated(cmd, &kf, func(opt *convert.Options) (convert.Format, error) {
-				kept, err := keep.choose(cmd, opt, kf.c.Files, func(act dtype.DType) keepfloat.Format { return keepfloat.Of(convert.W8A8{}, act) })
+				kept, err := keep.choose(cmd, opt, kf.c.Files, convert.W8A8{})
 				return convert.W8A8{Keep: kept}, err
 			}, func(r *convert.Report, out string) error {
 				if err := printReport(cmd, r, out); err != nil {
