@@ -1,28 +1,8 @@
 package calib
 
 import (
-	"encoding/json"
 	"fmt"
-
-	"sparkconv/tokenizer"
 )
-
-// UnkID is the unknown token (model.unk_token) of the tokenizer.json
-// data, or -1.
-func UnkID(data []byte, tok *tokenizer.Tokenizer) int {
-	var v struct {
-		Model struct {
-			UnkToken *string `json:"unk_token"`
-		} `json:"model"`
-	}
-	if json.Unmarshal(data, &v) != nil || v.Model.UnkToken == nil {
-		return -1
-	}
-	if id, ok := tok.TokenToID(*v.Model.UnkToken); ok {
-		return id
-	}
-	return -1
-}
 
 // Limits on what calibration text is accepted (CheckTokens).
 const (

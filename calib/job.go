@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"sparkconv/forward"
 	"sparkconv/infile"
 	"sparkconv/outdir"
 	"sparkconv/progress"
+	"sparkconv/tokenizer"
 )
 
 // Job is one calibrate run between folders.
@@ -37,10 +39,11 @@ func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	tok, tokUnk, err := LoadTokenizer(j.Model)
+	tok, err := tokenizer.Load(filepath.Join(j.Model, "tokenizer.json"))
 	if err != nil {
 		return nil, 0, fmt.Errorf("calibrate needs the model's tokenizer: %w", err)
 	}
+	tokUnk := tok.UnkID()
 	var texts []Text
 	for _, f := range j.Files {
 		t, err := ReadSamples(f)

@@ -16,6 +16,7 @@ import (
 	"sparkconv/progress"
 	"sparkconv/quant"
 	"sparkconv/spark"
+	"sparkconv/tokenizer"
 )
 
 // Calibrator is the calibrated GPTQ of a conversion: a convert.Solver for
@@ -218,10 +219,11 @@ func (r *run) prepare() error {
 	if !ok {
 		return fmt.Errorf("calibration needs the model's tokenizer.json, which %s lacks (or --rtn for round to nearest)", r.j.Opt.Model)
 	}
-	tok, unk, err := calib.ParseTokenizer(tokJSON, filepath.Join(r.j.Opt.Model, "tokenizer.json"))
+	tok, err := tokenizer.Parse(tokJSON)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", filepath.Join(r.j.Opt.Model, "tokenizer.json"), err)
 	}
+	unk := tok.UnkID()
 	chunks, rd, err := ReadChunks(tok, c.Files, cfg.VocabSize, c.Budget, c.SeqLen)
 	if err != nil {
 		return err

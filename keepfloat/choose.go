@@ -163,7 +163,7 @@ func text(sm *spark.Model, dir string, o Options) ([]calib.Chunk, []string, stri
 	if rd.SHA256 != counted.SHA256 {
 		return nil, nil, "", fmt.Errorf("%s: changed while sparkconv was reading it; nothing written, run again", strings.Join(rd.Sources, ", "))
 	}
-	if _, err := calib.CheckTokens(sp.out, calib.UnkID(tokJSON, tok), sm.Config.VocabSize); err != nil {
+	if _, err := calib.CheckTokens(sp.out, tok.UnkID(), sm.Config.VocabSize); err != nil {
 		return nil, nil, "", err
 	}
 	return sp.out, rd.Sources, rd.SHA256, nil

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"sparkconv/calib"
 	"sparkconv/corpus"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/onnxgraph"
@@ -19,6 +18,7 @@ import (
 	"sparkconv/ortrun/orttest"
 	"sparkconv/qnn"
 	"sparkconv/quant"
+	"sparkconv/tokenizer"
 )
 
 // dbOf is the SNR of noise-to-signal ratios, each position weighted
@@ -163,7 +163,7 @@ func TestRefusalWorstSequence(t *testing.T) {
 // its bytes; without files the built-in held-out text is read; a missing
 // file is named; too many positions are refused with the numbers.
 func TestReadHeldOut(t *testing.T) {
-	tok, _, err := calib.LoadTokenizer(exporttest.Golden("spark-mini-tied"))
+	tok, err := tokenizer.Load(filepath.Join(exporttest.Golden("spark-mini-tied"), "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestScoredPositions(t *testing.T) {
 // (the embedded corpus without files), each cut to its window with k
 // observed positions; m = 0 reads every sample.
 func TestReadCalibSequences(t *testing.T) {
-	tok, _, err := calib.LoadTokenizer(exporttest.Golden("spark-mini-tied"))
+	tok, err := tokenizer.Load(filepath.Join(exporttest.Golden("spark-mini-tied"), "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,10 +113,11 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if o.ObserveGiven && o.Observe > man.Context { // as --held-out: refused, never lowered
 		return nil, fmt.Errorf("--observe %d: the export's context holds %d positions", o.Observe, man.Context)
 	}
-	tok, unk, err := calib.LoadTokenizer(o.Model)
+	tok, err := tokenizer.Load(filepath.Join(o.Model, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
 	}
+	unk := tok.UnkID()
 	b, ids, err := o.text(tok, unk, ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow)
 	if err != nil {
 		return nil, err

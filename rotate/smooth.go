@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 
 	"sparkconv/calib"
 	"sparkconv/forward"
 	"sparkconv/quant"
 	"sparkconv/spark"
+	"sparkconv/tokenizer"
 )
 
 // Down-proj smoothing: down_proj's input is gelu(gate)·up, per channel j
@@ -83,10 +85,11 @@ func (s *smoothed) meta(o Smoothing) map[string]any {
 // down_proj will have (the scales weigh its columns' maxima, not the
 // input's). A warning on the calibration tokens goes to log.
 func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []float32) []float32, log io.Writer) (*smoothed, error) {
-	tok, unk, err := calib.LoadTokenizer(dir)
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
 	}
+	unk := tok.UnkID()
 	c := sm.Config
 	chunks, tokens, rd, err := calib.PrefixChunks(tok, o.Files, calib.CalibText, o.Tokens, o.SeqLen, c.VocabSize)
 	if err != nil {

@@ -271,3 +271,5 @@ func (m *bpe) allBytesKnown(s string) bool {
 	}
 	return true
 }
+
+func (m *bpe) unkIndex() int { return m.unkID }

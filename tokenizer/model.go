@@ -20,6 +20,8 @@ type model interface {
 	size() int
 	// idLimit is one more than the largest vocab id.
 	idLimit() int
+	// unk is the unknown token's id, -1 when the model has none.
+	unkIndex() int
 }
 
 // modelFields are the small fields of every model type.

@@ -113,3 +113,27 @@ func TestUnicodeScripts(t *testing.T) {
 		}
 	}
 }
+
+// TestUnkID: each model type's unknown token id, -1 without one.
+func TestUnkID(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		want int
+	}{
+		{`{"type": "BPE", "vocab": {"a": 0, "<u>": 1}, "merges": [], "unk_token": "<u>"}`, 1},
+		{`{"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": null}`, -1},
+		{`{"type": "WordPiece", "vocab": {"a": 1, "[UNK]": 3}}`, 3},
+		{`{"type": "WordLevel", "vocab": {"<unk>": 2, "hi": 1}, "unk_token": "<unk>"}`, 2},
+		{`{"type": "WordLevel", "vocab": {"hi": 1}, "unk_token": "[X]"}`, -1},
+		{`{"type": "Unigram", "unk_id": 1, "vocab": [["a", -1], ["<unk>", 0]]}`, 1},
+		{`{"type": "Unigram", "unk_id": null, "vocab": [["a", -1]]}`, -1},
+	} {
+		tk, err := Parse([]byte(`{"model": ` + tc.json + `}`))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.json, err)
+		}
+		if got := tk.UnkID(); got != tc.want {
+			t.Errorf("%s: UnkID %d, want %d", tc.json, got, tc.want)
+		}
+	}
+}

@@ -64,6 +64,10 @@ type Tokenizer struct {
 	vocabSize  int
 }
 
+// UnkID is the id of the model's unknown token, -1 when it has none (the
+// share of it in calibration text is a check, calib.CheckTokens).
+func (t *Tokenizer) UnkID() int { return t.model.unkIndex() }
+
 // Load reads and parses a tokenizer.json file.
 func Load(path string) (*Tokenizer, error) {
 	if err := sniffObject(path); err != nil {

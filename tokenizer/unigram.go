@@ -174,3 +174,5 @@ func (m *unigram) segmentIDs(seg string, out []int) ([]int, error) {
 func (m *unigram) encodeRaw(raw string, out []int, sc *scratch) ([]int, error) {
 	return m.encodeWord(byteLevelString(raw), out, sc)
 }
+
+func (m *unigram) unkIndex() int { return m.unkID }

@@ -34,3 +34,5 @@ func (m *wordLevel) encodeWord(word string, out []int, _ *scratch) ([]int, error
 func (m *wordLevel) encodeRaw(raw string, out []int, sc *scratch) ([]int, error) {
 	return m.encodeWord(byteLevelString(raw), out, sc)
 }
+
+func (m *wordLevel) unkIndex() int { return m.unkID }

@@ -75,3 +75,5 @@ func (m *wordPiece) unknown(out []int) ([]int, error) {
 func (m *wordPiece) encodeRaw(raw string, out []int, sc *scratch) ([]int, error) {
 	return m.encodeWord(byteLevelString(raw), out, sc)
 }
+
+func (m *wordPiece) unkIndex() int { return m.unkID }

@@ -9,7 +9,7 @@
 // chunk its own sequence (positions from 0), in the order sparkconv runs
 // them. A summary (chunks, samples, tokens) goes to stderr.
 //
-// The chunks come from sparkconv's own code: calib.ParseTokenizer, then
+// The chunks come from sparkconv's own code: tokenizer.Parse, then
 // gptq.ReadChunks (the text read, encoded and the budget spread over the
 // samples), the function a conversion calls. run.sh checks the summary
 // against the samples and tokens that sparkconv's own report
@@ -27,6 +27,7 @@ import (
 	"sparkconv/calib"
 	"sparkconv/gptq"
 	"sparkconv/spark"
+	"sparkconv/tokenizer"
 )
 
 type files []string
@@ -65,10 +66,11 @@ func run(model string, samples []string, budget, seqLen int) error {
 	if err != nil {
 		return err
 	}
-	tok, unk, err := calib.ParseTokenizer(data, path)
+	tok, err := tokenizer.Parse(data)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
+	unk := tok.UnkID()
 	chunks, rd, err := gptq.ReadChunks(tok, samples, cfg.VocabSize, budget, seqLen)
 	if err != nil {
 		return err
