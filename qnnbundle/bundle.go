@@ -208,7 +208,7 @@ func BundleGraph(dir, out string, t *Trace, e onnxgraph.GraphEntry, pos Position
 		return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 	}
 	if opt.More != nil {
-		if err := opt.More(func(s Sample) error { return observe(g, plan, s, fixed, ranges) }); err != nil {
+		if err := opt.More(func(s Sample) error { return observe(g, plan, s, fixed, ranges, taps...) }); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", e.File, err)
 		}
 	}

@@ -17,10 +17,11 @@ import (
 // input rows, bw 8, integer scales in 1..16) that lints clean, the head
 // stays 8-bit per channel and the table 16-bit; the QDQ graph holds
 // exactly the codes the entry describes (int8 q x int scale, dequantized
-// per channel); the prefill graphs take the decode graphs' entries, and
-// every layer simulates above the per-channel w4a16 build. With Solve
-// (GPTQ's codes on the grid) the bundled graphs, the prefill graphs' too,
-// hold the solved weights, which lie on their grids.
+// per channel); the prefill graphs take the decode graphs' entries, and,
+// rounded to nearest, every layer simulates above the per-channel w4a16
+// build. With Solve (GPTQ's codes on the grid, w4a16-lpbq's default) the
+// bundled graphs, the prefill graphs' too, hold the solved weights, which
+// lie on their grids.
 func TestBundleW4A16LPBQ(t *testing.T) {
 	orttest.Init(t)
 	_, man, build := tinyPrefillBundles(t)
@@ -30,9 +31,12 @@ func TestBundleW4A16LPBQ(t *testing.T) {
 	}
 	perChannel, _ := qnn.ParsePrecision("w4a16")
 	pc, _ := build(perChannel)
-	solve := prec
-	solve.Solve = true
-	for _, p := range []qnn.Precision{prec, solve} {
+	if !prec.Solve {
+		t.Fatal("w4a16-lpbq does not solve its codes")
+	}
+	rtn := prec
+	rtn.Solve = false
+	for _, p := range []qnn.Precision{rtn, prec} {
 		b, out := build(p)
 		if b.Recipe == nil || !strings.HasPrefix(b.Recipe.WeightGrid, "LPBQ") || strings.Contains(b.Recipe.WeightGrid, "GPTQ") != p.Solve {
 			t.Errorf("solve %v: recipe %+v", p.Solve, b.Recipe)

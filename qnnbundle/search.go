@@ -12,8 +12,9 @@ import (
 )
 
 // This file is the weight search of a precision with Search (w4a16,
-// docs/qnn.md#w4a16): while the observed positions set the activation
-// ranges, each searched MatMul weight's input accumulates H = Σ x xᵀ, and
+// docs/qnn.md#w4a16): while the observed positions of the calibration
+// stream and of the calibration sequences set the activation ranges, each
+// searched MatMul weight's input accumulates H = Σ x xᵀ over them, and
 // qnn.SearchScales then chooses each output channel's grid by the
 // H-weighted error, in place of the channel's absolute maximum.
 
@@ -63,13 +64,13 @@ func RecipeOf(prec qnn.Precision) *BundleRecipe {
 		KVGrid:     "symmetric, per tensor, shared by each KV input, its output and every tensor tied to them; the observed range, no headroom",
 		WeightGrid: fmt.Sprintf("%d-bit symmetric per output channel from each channel's absolute maximum", prec.WeightBits)}
 	if prec.Search && prec.Block > 0 {
-		r.WeightGrid = fmt.Sprintf("LPBQ (AIMET low-power blockwise): %d-bit symmetric codes in blocks of %d input rows, block scale = per-channel float scale x integer scale in 1..16 (bw 8 decompressed); each block's scale chosen by (w_b - w_q)^T H_bb (w_b - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions, then put on the LPBQ grid trying every integer scale",
+		r.WeightGrid = fmt.Sprintf("LPBQ (AIMET low-power blockwise): %d-bit symmetric codes in blocks of %d input rows, block scale = per-channel float scale x integer scale in 1..16 (bw 8 decompressed); each block's scale chosen by (w_b - w_q)^T H_bb (w_b - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions (the calibration stream's and the calibration sequences'), then put on the LPBQ grid trying every integer scale",
 			prec.WeightBits, prec.Block)
 		if prec.Solve {
 			r.WeightGrid += fmt.Sprintf("; the codes solved by GPTQ on that grid (H damped by %g of its mean diagonal), the graph's weights replaced by the solved ones, which lie on the grid", qnn.SolveDamp)
 		}
 	} else if prec.Search {
-		r.WeightGrid = fmt.Sprintf("%d-bit symmetric per output channel, scale c absmax / %d with c in 0.50..1.00 minimising (w - w_q)^T H (w - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions (SeqMSE's per-channel search)",
+		r.WeightGrid = fmt.Sprintf("%d-bit symmetric per output channel, scale c absmax / %d with c in 0.50..1.00 minimising (w - w_q)^T H (w - w_q), H = sum of x x^T over the MatMul's inputs on the observed positions (the calibration stream's and the calibration sequences') (SeqMSE's per-channel search)",
 			prec.WeightBits, 1<<(prec.WeightBits-1)-1)
 	}
 	return r

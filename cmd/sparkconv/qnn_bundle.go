@@ -55,8 +55,9 @@ each channel's scale chosen by its output error on the observed activations
 (8-bit symmetric) at 8 bits, the embedding table at 16. --precision w4a16-lpbq
 is the same recipe with the layers' 4-bit weights in AIMET LPBQ blocks of 64
 input rows (an integer scale per block under a float scale per output
-channel, each block's scale chosen by its output error), as qai-hub-models'
-_set_4bit_weights_to_lpbq writes them. In both, a layer graph whose worst
+channel, each block's scale chosen by its output error, the codes then
+solved by GPTQ on that grid), as qai-hub-models' _set_4bit_weights_to_lpbq
+writes them. In both, a layer graph whose worst
 held-out sequence simulates below --promote-below dB (default 20, the bar)
 with 4-bit weights is rebuilt with 8-bit weights per output channel (the
 rest of the recipe as it was); bundle.json lists the promoted graphs
