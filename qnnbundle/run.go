@@ -317,9 +317,6 @@ func (o Options) graphs(ctx context.Context, b *Bundle, dir string, man *onnxgra
 			promoted[e.Name] = true
 			b.Promoted = append(b.Promoted, e.Name)
 		}
-		if promoted[e.Name] || (j.dec != nil && promoted[j.dec.Name]) {
-			res.WeightBits = qnn.PromotedBits
-		}
 		b.Graphs[e.Name] = res
 		b.GraphOrder = append(b.GraphOrder, e.Name)
 		if j.dec != nil {
@@ -409,6 +406,9 @@ func (o Options) graph(dir string, j graphJob, cal *Trace, held, seqs *HeldOut, 
 	res.SNRSequences = make([]*float64, len(sim.Sequences))
 	for i, v := range sim.Sequences {
 		res.SNRSequences[i] = finite(v)
+	}
+	if prec.WeightBits != o.Precision.WeightBits { // promoted, or the prefill graph of a promoted graph
+		res.WeightBits = prec.WeightBits
 	}
 	return res, qe, nil
 }
