@@ -29,8 +29,16 @@ type Hessian struct {
 	// SmoothQuant).
 	AbsMax   []float32
 	TrackMax bool
-	seen     int64 // rows offered, held-out ones included
-	buf      []float32
+	// Cross is the sum of (ref - x)^T x over the rows in H, [K, K]
+	// row-major (Cross[a*K+b] sums (ref-x)[a] x[b]), when rows come with a
+	// reference through AddRef: the float model's input to the same linear
+	// beside the quantized model's (GPTQ's asymmetric calibration, package
+	// gptq). Held-out rows are left out of it as they are out of H.
+	Cross  []float64
+	seen   int64 // rows offered, held-out ones included
+	buf    []float32
+	refBuf []float32 // the reference rows beside buf (AddRef)
+	tile   []float32 // flush's float32 tile of a Cross product
 }
 
 // NewHessian returns an empty accumulator for k input channels that adds
@@ -41,14 +49,28 @@ func NewHessian(k int) *Hessian { return &Hessian{K: k, H: make([]float64, k*k)}
 func (h *Hessian) Reset() {
 	clear(h.H)
 	clear(h.AbsMax)
-	h.Tokens, h.seen, h.Held, h.buf = 0, 0, h.Held[:0], h.buf[:0]
+	clear(h.Cross)
+	h.Tokens, h.seen, h.Held, h.buf, h.refBuf = 0, 0, h.Held[:0], h.buf[:0], h.refBuf[:0]
 }
 
 // HeldRows is the number of held-out rows.
 func (h *Hessian) HeldRows() int { return len(h.Held) / h.K }
 
 // Add accumulates x [rows, K].
-func (h *Hessian) Add(x []float32, rows int) {
+func (h *Hessian) Add(x []float32, rows int) { h.add(x, nil, rows) }
+
+// AddRef accumulates x [rows, K] into H and (ref - x)^T x into Cross:
+// ref [rows, K] is the reference input of the same rows (the float
+// model's, where x is the quantized model's). A Hessian takes rows either
+// all with a reference or all without.
+func (h *Hessian) AddRef(x, ref []float32, rows int) {
+	if len(h.Cross) != h.K*h.K {
+		h.Cross = make([]float64, h.K*h.K)
+	}
+	h.add(x, ref, rows)
+}
+
+func (h *Hessian) add(x, ref []float32, rows int) {
 	k := h.K
 	if h.TrackMax {
 		if len(h.AbsMax) != k {
@@ -60,7 +82,7 @@ func (h *Hessian) Add(x []float32, rows int) {
 			}
 		}
 	}
-	if h.HoldOut == 0 && len(h.buf) == 0 && rows >= h.Gather {
+	if h.HoldOut == 0 && len(h.buf) == 0 && rows >= h.Gather && ref == nil {
 		kernels.SyrkAccumulateLower(h.H, x, rows, k)
 		h.Tokens += int64(rows)
 		h.seen += int64(rows)
@@ -73,6 +95,9 @@ func (h *Hessian) Add(x []float32, rows int) {
 			continue
 		}
 		h.buf = append(h.buf, row...)
+		if ref != nil {
+			h.refBuf = append(h.refBuf, ref[r*k:(r+1)*k]...)
+		}
 	}
 	h.seen += int64(rows)
 	if len(h.buf)/k >= h.Gather {
@@ -83,9 +108,41 @@ func (h *Hessian) Add(x []float32, rows int) {
 func (h *Hessian) flush() {
 	if n := len(h.buf) / h.K; n > 0 {
 		kernels.SyrkAccumulateLower(h.H, h.buf, n, h.K)
+		if len(h.refBuf) == len(h.buf) {
+			h.addCross(n)
+		}
 		h.Tokens += int64(n)
 	}
-	h.buf = h.buf[:0]
+	h.buf, h.refBuf = h.buf[:0], h.refBuf[:0]
+}
+
+// crossTile is how many rows of Cross one float32 product computes before
+// it is added to the float64 sum.
+const crossTile = 256
+
+// addCross adds (refBuf - buf)^T buf of the n gathered rows to Cross, a
+// tile of crossTile rows at a time (refBuf is overwritten).
+func (h *Hessian) addCross(n int) {
+	k := h.K
+	d := h.refBuf[:n*k]
+	for i, v := range h.buf[:n*k] {
+		d[i] -= v
+	}
+	rows := min(k, crossTile)
+	if len(h.tile) < rows*k {
+		h.tile = make([]float32, rows*k)
+	}
+	for a0 := 0; a0 < k; a0 += rows {
+		ra := min(rows, k-a0)
+		// tile[ra, K] = D[:, a0:a0+ra]^T X
+		kernels.Sgemm(true, false, ra, k, n, 1, d[a0:], k, h.buf, k, 0, h.tile, k)
+		dst := h.Cross[a0*k : (a0+ra)*k]
+		kernels.Parallel(ra, func(lo, hi int) {
+			for i := lo * k; i < hi*k; i++ {
+				dst[i] += float64(h.tile[i])
+			}
+		})
+	}
 }
 
 // Finish adds the pending rows and mirrors the lower triangle: H is then

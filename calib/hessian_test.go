@@ -3,6 +3,7 @@ package calib
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -28,22 +29,31 @@ func TestHessian(t *testing.T) {
 		{"gathered", 0, 0, 100, 0},
 		{"held out", 10, 1000, 0, calls * rows / 10},
 		{"held out, capped", 10, 5, 64, 5},
+		{"with reference, held out", 10, 1000, 64, calls * rows / 10},
+		{"with reference, direct", 0, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := NewHessian(k)
 			h.HoldOut, h.MaxHeld, h.Gather = tc.holdOut, tc.maxHeld, tc.gather
-			want := make([]float64, k*k)
+			withRef := strings.HasPrefix(tc.name, "with reference")
+			want, wantCross := make([]float64, k*k), make([]float64, k*k)
 			held, seen := 0, 0
-			for _, x := range xs {
-				h.Add(x, rows)
+			for c, x := range xs {
+				ref := xs[(c+1)%calls] // any other rows will do
+				if withRef {
+					h.AddRef(x, ref, rows)
+				} else {
+					h.Add(x, rows)
+				}
 				for r := range rows {
 					if tc.holdOut > 0 && seen%tc.holdOut == tc.holdOut-1 && held < tc.maxHeld {
 						held++
 					} else {
-						row := x[r*k : (r+1)*k]
+						row, rr := x[r*k:(r+1)*k], ref[r*k:(r+1)*k]
 						for a := range k {
 							for b := range k {
 								want[a*k+b] += float64(row[a]) * float64(row[b])
+								wantCross[a*k+b] += (float64(rr[a]) - float64(row[a])) * float64(row[b])
 							}
 						}
 					}
@@ -60,6 +70,17 @@ func TestHessian(t *testing.T) {
 			for i, v := range want {
 				if math.Abs(h.H[i]-v) > 1e-4*(1+math.Abs(v)) {
 					t.Fatalf("H[%d] = %g, want %g", i, h.H[i], v)
+				}
+			}
+			if !withRef {
+				if h.Cross != nil {
+					t.Fatalf("Cross made without a reference")
+				}
+				return
+			}
+			for i, v := range wantCross {
+				if math.Abs(h.Cross[i]-v) > 1e-4*(1+math.Abs(v)) {
+					t.Fatalf("Cross[%d] = %g, want %g", i, h.Cross[i], v)
 				}
 			}
 		})

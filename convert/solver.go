@@ -110,9 +110,13 @@ type Calibration struct {
 	// parameters to the solved codes under the Hessian (0: none);
 	// RefitRounds: solves of the codes with it (each after the first
 	// taking the refitted parameters as given).
-	RefitSweeps int        `json:"refit_sweeps"`
-	RefitRounds int        `json:"refit_rounds,omitempty"`
-	SmoothAlpha float64    `json:"smoothquant_alpha,omitempty"`
+	RefitSweeps int     `json:"refit_sweeps"`
+	RefitRounds int     `json:"refit_rounds,omitempty"`
+	SmoothAlpha float64 `json:"smoothquant_alpha,omitempty"`
+	// FloatTarget: the weight of the float model's output in each layer
+	// linear's target (asymmetric calibration, GPTAQ's objective; 0:
+	// absent, each linear solved toward its own weights).
+	FloatTarget float64    `json:"float_target,omitempty"`
 	Fallbacks   []Fallback `json:"fallbacks"`
 	Redamped    []Redamp   `json:"redamped"`
 	ForwardS    float64    `json:"forward_s"`
@@ -263,6 +267,9 @@ func calMeta(meta map[string]any, cal *Calibration) {
 	meta["true_sequential"] = cal.TrueSequential
 	meta["sequential"] = cal.Sequential
 	meta["kernels"] = cal.Kernels
+	if cal.FloatTarget > 0 {
+		meta["float_target"] = cal.FloatTarget
+	}
 	fb := []string{}
 	for _, f := range cal.Fallbacks {
 		fb = append(fb, f.Module+": "+f.Method)

@@ -40,8 +40,16 @@ type Calibrator struct {
 	// (1 when 0): after the first, each solve takes the refitted
 	// parameters as given, and the result with the lower loss is kept.
 	Rounds int
-	Log    io.Writer // warnings and fallbacks; nil: none
-	Quiet  bool      // no progress bar
+	// FloatTarget is the weight of the float model in each linear's target
+	// (asymmetric calibration, GPTAQ's objective), in [0, 1]: the float
+	// model runs beside the quantized one over the calibration chunks, and
+	// each linear is solved toward W* = W + FloatTarget * W C H^-1, the
+	// weights that best map the quantized model's input X onto the float
+	// model's output W X_f (C = sum (X_f - X)^T X, H = X^T X; at 1 the
+	// least-squares target, at 0 GPTQ's own W). 0: off.
+	FloatTarget float64
+	Log         io.Writer // warnings and fallbacks; nil: none
+	Quiet       bool      // no progress bar
 	// OnLayer, if set, is called after each layer with its modules'
 	// records and the forward and solve time it took (for measurements
 	// and logs of long runs).
@@ -154,6 +162,7 @@ type run struct {
 	xs      [][]float32 // residual stream of every chunk, quantized layers so far
 	hand    [][]float32 // what one stage hands the next, per chunk: att [T, QD], then act [T, I]
 	norm    []float32   // a norm's output for the chunk being run [SeqLen, H]
+	float   *stream     // the float model beside the quantized one (FloatTarget), or nil
 	targets map[string]convert.Target
 	hess    map[forward.Point]*calib.Hessian
 	f       Factor
@@ -169,6 +178,9 @@ type run struct {
 // Solve calibrates and solves every target of spec, layer by layer.
 func (c *Calibrator) Solve(j *convert.Job, spec convert.SolveSpec) (convert.Solution, error) {
 	c.defaults()
+	if err := c.checkFloatTarget(); err != nil {
+		return nil, err
+	}
 	// Most of the heap is long-lived (Hessians, the factor, the layer, the
 	// activations); what churns are solve panels and per-module buffers.
 	// The default GOGC=100 lets that garbage grow to the size of the live
@@ -265,6 +277,12 @@ func (r *run) prepare() error {
 		longest = max(longest, len(ch.IDs))
 	}
 	r.norm = make([]float32, longest*cfg.HiddenSize)
+	if c.FloatTarget > 0 {
+		if err := r.newStream(); err != nil {
+			return err
+		}
+		r.cal.FloatTarget = c.FloatTarget
+	}
 	H, I, QD := cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()
 	r.hess = map[forward.Point]*calib.Hessian{forward.AttnNorm: newHessian(H), forward.AttnGated: newHessian(QD),
 		forward.MLPNorm: newHessian(H), forward.MLPAct: newHessian(I)}
@@ -327,48 +345,39 @@ func (r *run) layers() error {
 		if err != nil {
 			return err
 		}
-		stages := []struct {
-			run   func(k, T int) []float32 // one chunk; returns the input to accumulate
-			input forward.Point            // -1: the last stage, nothing to solve
-		}{
-			{func(k, T int) []float32 { s.InputNorm(r.norm, r.xs[k], T); return r.norm }, forward.AttnNorm},
-			{func(k, T int) []float32 {
-				s.InputNorm(r.norm, r.xs[k], T)
-				s.Attention(r.hand[k], r.norm, T)
-				return r.hand[k]
-			}, forward.AttnGated},
-			{func(k, T int) []float32 {
-				s.AttnOut(r.xs[k], r.hand[k], T)
-				s.PostNorm(r.norm, r.xs[k], T)
-				return r.norm
-			}, forward.MLPNorm},
-			{func(k, T int) []float32 {
-				s.PostNorm(r.norm, r.xs[k], T)
-				s.MLPAct(r.hand[k], r.norm, T)
-				return r.hand[k]
-			}, forward.MLPAct},
-			{func(k, T int) []float32 { s.MLPOut(r.xs[k], r.hand[k], T); return nil }, -1},
+		runs := stageRuns(s, r.xs, r.hand, r.norm)
+		var floats []func(k, T int) []float32
+		if r.float != nil {
+			sf, err := r.float.fm.Stages(i, nil)
+			if err != nil {
+				return err
+			}
+			floats = stageRuns(sf, r.float.xs, r.float.hand, r.float.norm)
 		}
-		for _, st := range stages {
+		for si, input := range stageInputs {
 			var h *calib.Hessian
-			if st.input >= 0 {
-				h = r.hess[st.input]
+			if input >= 0 {
+				h = r.hess[input]
 			}
 			if r.c.beforePass != nil {
-				r.c.beforePass(i, st.input, l)
+				r.c.beforePass(i, input, l)
 			}
-			if err := r.pass(i, st.input, st.run, h); err != nil {
+			var fl func(k, T int) []float32
+			if floats != nil {
+				fl = floats[si]
+			}
+			if err := r.pass(i, input, runs[si], fl, h); err != nil {
 				return err
 			}
 			// The packed weights serve one pass: the solve that follows
 			// rewrites weights, and its factor is the peak of memory.
 			l.DropPacked()
 			if h != nil {
-				r.mark("pass " + st.input.String())
-				if err := r.solveInput(i, l, st.input); err != nil {
+				r.mark("pass " + input.String())
+				if err := r.solveInput(i, l, input); err != nil {
 					return err
 				}
-				r.mark("solved " + st.input.String())
+				r.mark("solved " + input.String())
 			}
 		}
 		var mods []*convert.ModuleReport
@@ -389,20 +398,53 @@ func (r *run) layers() error {
 	return nil
 }
 
+// stageInputs is the input each of a layer's stages (stageRuns) produces
+// for a solve, in order; -1: the last stage, nothing to solve.
+var stageInputs = []forward.Point{forward.AttnNorm, forward.AttnGated, forward.MLPNorm, forward.MLPAct, -1}
+
+// stageRuns is a layer's stages over one chunk k of T tokens, on the
+// residual streams xs, the per-chunk hand-over buffers hand and the norm
+// buffer: each returns the input it produces (stageInputs), nil for the last.
+func stageRuns(s *forward.Stages, xs, hand [][]float32, norm []float32) []func(k, T int) []float32 {
+	return []func(k, T int) []float32{
+		func(k, T int) []float32 { s.InputNorm(norm, xs[k], T); return norm },
+		func(k, T int) []float32 {
+			s.InputNorm(norm, xs[k], T)
+			s.Attention(hand[k], norm, T)
+			return hand[k]
+		},
+		func(k, T int) []float32 {
+			s.AttnOut(xs[k], hand[k], T)
+			s.PostNorm(norm, xs[k], T)
+			return norm
+		},
+		func(k, T int) []float32 {
+			s.PostNorm(norm, xs[k], T)
+			s.MLPAct(hand[k], norm, T)
+			return hand[k]
+		},
+		func(k, T int) []float32 { s.MLPOut(xs[k], hand[k], T); return nil },
+	}
+}
+
 // floatLayer runs layer i with its float weights over every chunk (the
-// measurements' shortcut to a deep layer).
+// measurements' shortcut to a deep layer), on the float stream too.
 func (r *run) floatLayer(i int) error {
 	for k, ch := range r.chunks {
 		if _, _, err := r.fm.ForwardLayer(i, r.xs[k], len(ch.IDs), nil); err != nil {
 			return err
+		}
+		if r.float != nil {
+			copy(r.float.xs[k], r.xs[k])
 		}
 	}
 	return nil
 }
 
 // pass runs one stage over every chunk, adding what it returns to h (if
-// any); its time is forward time.
-func (r *run) pass(i int, p forward.Point, run func(k, T int) []float32, h *calib.Hessian) error {
+// any), with what fl returns (the float stream's same stage, if set) as
+// its reference; its time is forward time.
+func (r *run) pass(i int, p forward.Point, run, fl func(k, T int) []float32, h *calib.Hessian) error {
 	t0 := time.Now()
 	defer func() { r.fwd += time.Since(t0) }()
 	H := r.j.Model.Config.HiddenSize
@@ -411,6 +453,10 @@ func (r *run) pass(i int, p forward.Point, run func(k, T int) []float32, h *cali
 			return err
 		}
 		setPhase("forward")
+		var ref []float32
+		if fl != nil {
+			ref = fl(k, len(ch.IDs))
+		}
 		x := run(k, len(ch.IDs))
 		// An overflow (extreme weights) is refused where it appears, as
 		// the forward refuses it, before a Hessian or a report holds NaN.
@@ -425,7 +471,11 @@ func (r *run) pass(i int, p forward.Point, run func(k, T int) []float32, h *cali
 		}
 		if h != nil {
 			setPhase("hessian")
-			h.Add(x, len(ch.IDs))
+			if ref != nil {
+				h.AddRef(x, ref, len(ch.IDs))
+			} else {
+				h.Add(x, len(ch.IDs))
+			}
 		}
 		r.bar.Add(1)
 	}
@@ -475,6 +525,10 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 		}
 		w := l.Linear(name)
 		m := quant.F32Matrix(t.N, t.K, *w)
+		if ferr == nil && r.float != nil {
+			setPhase("target")
+			m = floatTarget(*w, t.N, t.K, &r.f, h.Cross, r.c.FloatTarget)
+		}
 		res, err := r.module(t, m, h, ferr, p.String(), t0, nil, k == len(mods)-1)
 		if errors.Is(err, errOverflow) {
 			return fmt.Errorf("layer %d: %w", i, err)
@@ -515,7 +569,7 @@ func (r *run) headTarget() *convert.Target {
 // 131072 x 2048, so its codes alone are 268 MB.
 func (r *run) head() error {
 	t := r.headTarget()
-	r.hess, r.f, r.hand, r.norm = nil, Factor{}, nil, nil
+	r.hess, r.f, r.hand, r.norm, r.float = nil, Factor{}, nil, nil, nil
 	r.fm.DropLayers()
 	if t == nil {
 		r.xs = nil

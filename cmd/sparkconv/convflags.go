@@ -174,7 +174,15 @@ func (c *calibFlags) register(cmd *cobra.Command, fourBit bool) {
 	}
 	f.IntVar(&c.c.Refit, "refit", refit, "sweeps of the least-squares refit of each solved linear's group parameters to its codes under the calibration Hessian (0: none)")
 	f.IntVar(&c.c.Rounds, "refit-rounds", 1, "with --refit: times the codes are solved, each after the first for the refitted parameters (the lower loss is kept)")
+	f.Float64Var(&c.c.FloatTarget, "float-target", 0, "asymmetric calibration (GPTAQ's objective): run the float model beside the quantized one and solve each layer linear toward W + A W C H^-1, the weights that map the quantized model's input onto the float model's output; A in [0, 1] is that target's weight (0: off)")
 	freeForm(cmd, "samples")
+	checkedBy(cmd, "float-target", "a weight in [0, 1]", func(s string) error {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v >= 0 && v <= 1) {
+			return fmt.Errorf("%q is not in [0, 1]", s)
+		}
+		return nil
+	}, "-0.1", "1.5", "NaN", "inf", "", "x")
 	intIn(cmd, "refit", 0, 20)
 	intIn(cmd, "refit-rounds", 1, 10)
 	intIn(cmd, "tokens", gptq.MinTokens, 1<<31)
@@ -210,12 +218,15 @@ func (c *calibFlags) registerSmooth(cmd *cobra.Command) {
 func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
 	f := cmd.Flags()
 	if c.rtn {
-		for _, name := range []string{"samples", "tokens", "seq-len", "damp", "act-order", "smooth", "refit", "refit-rounds", "weighted-search"} {
+		for _, name := range []string{"samples", "tokens", "seq-len", "damp", "act-order", "smooth", "refit", "refit-rounds", "weighted-search", "float-target"} {
 			if f.Lookup(name) != nil && f.Changed(name) {
 				return nil, usagef("--%s calibrates; it cannot be combined with --rtn", name)
 			}
 		}
 		return nil, nil
+	}
+	if c.c.FloatTarget > 0 && c.c.Smooth > 0 {
+		return nil, usagef("--float-target and --smooth cannot be combined: smoothing rescales the quantized model's norms, which the float model beside it does not share")
 	}
 	if f.Changed("refit-rounds") && c.c.Refit == 0 {
 		return nil, usagef("--refit-rounds solves again for refitted parameters; it needs --refit above 0")

@@ -91,6 +91,8 @@ check_chunks() { # check_chunks BUILD
 rows=(
 	"sparkconv-w4a16 sparkconv w4a16 --group 64 --quant-head"
 	"sparkconv-gptq sparkconv gptq --group 64 --quant-head"
+	"sparkconv-w4a16-head sparkconv w4a16 --group 64"
+	"sparkconv-gptq-head sparkconv gptq --group 64"
 	"sparkconv-rotate-w8a8 sparkconv-rotate w8a8"
 	"llmcompressor-w4a16-sym llmcompressor w4a16-sym"
 	"autoround-w4-sym autoround"
@@ -136,7 +138,7 @@ for row in "${rows[@]}"; do
 	# sparkconv's 4-bit builds once more as weights only: the float32
 	# checkpoint of their dequantized weights, as the weight-only peers are scored.
 	case $name in
-	sparkconv-w4a16 | sparkconv-gptq)
+	sparkconv-w4a16 | sparkconv-gptq | sparkconv-w4a16-head | sparkconv-gptq-head)
 		[ -d "$work/$name-weights" ] || "$work/dequant" "$work/$name" "$work/$name-weights"
 		score "$name-weights" "$work/$name-weights"
 		;;

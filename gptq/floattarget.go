@@ -1,0 +1,96 @@
+package gptq
+
+import (
+	"fmt"
+
+	"sparkconv/forward"
+	"sparkconv/kernels"
+	"sparkconv/quant"
+)
+
+// stream is the float model run beside the quantized one over the same
+// calibration chunks (Calibrator.FloatTarget): its own forward (the
+// checkpoint's weights, never replaced by codes), residual streams and
+// hand-over buffers, so each stage's float input to a linear is at hand
+// when the quantized input to it is accumulated.
+type stream struct {
+	fm   *forward.Model
+	xs   [][]float32 // residual stream of every chunk, float layers
+	hand [][]float32 // what one stage hands the next, per chunk
+	norm []float32   // a norm's output for the chunk being run
+}
+
+// newStream starts the float stream from the quantized one's embeddings
+// (the embedding is not quantized by the solve).
+func (r *run) newStream() error {
+	fm, err := forward.New(r.j.Model, forward.Options{CachedLayers: 1, FamilyLinears: true})
+	if err != nil {
+		return err
+	}
+	st := &stream{fm: fm, xs: make([][]float32, len(r.xs)), hand: make([][]float32, len(r.hand)), norm: make([]float32, len(r.norm))}
+	for k := range r.xs {
+		st.xs[k] = append([]float32(nil), r.xs[k]...)
+		st.hand[k] = make([]float32, len(r.hand[k]))
+	}
+	r.float = st
+	return nil
+}
+
+// checkFloatTarget refuses a weight outside [0, 1] and the combinations
+// the float stream cannot serve.
+func (c *Calibrator) checkFloatTarget() error {
+	if c.FloatTarget < 0 || c.FloatTarget > 1 {
+		return fmt.Errorf("float target weight %g is outside [0, 1]", c.FloatTarget)
+	}
+	if c.FloatTarget > 0 && c.Smooth > 0 {
+		return fmt.Errorf("the float target (GPTAQ) and SmoothQuant (--smooth) cannot be combined: smoothing rescales the quantized model's norms, which the float model beside it does not share")
+	}
+	return nil
+}
+
+// floatTarget returns W* = W + alpha W C H^-1 for the [n, k] weights w,
+// where C is h's Cross and H^-1 = U^T U comes from f (the damped Hessian
+// the solve uses, in f's processing order): the weights whose product
+// with the quantized input X best matches, in least squares on the
+// calibration rows, the float weights' product with the float input X_f
+// (alpha = 1), or a step toward them. Computed in processing order in
+// float32: M = C_p U^T U (two [k, k] GEMMs), W*_p = W_p + alpha W_p M.
+func floatTarget(w []float32, n, k int, f *Factor, cross []float64, alpha float64) quant.Matrix {
+	perm, u := f.Perm, f.U
+	cp := make([]float32, k*k)
+	kernels.Parallel(k, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			src := cross[perm[i]*k:]
+			for j, pj := range perm {
+				cp[i*k+j] = float32(src[pj])
+			}
+		}
+	})
+	a := make([]float32, k*k)
+	kernels.Sgemm(false, true, k, k, k, 1, cp, k, u, k, 0, a, k)  // C_p U^T
+	kernels.Sgemm(false, false, k, k, k, 1, a, k, u, k, 0, cp, k) // (C_p U^T) U
+	a = nil
+	wp := make([]float32, n*k)
+	kernels.Parallel(n, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := w[r*k : (r+1)*k]
+			for i, c := range perm {
+				wp[r*k+i] = row[c]
+			}
+		}
+	})
+	out := make([]float32, n*k)
+	kernels.Sgemm(false, false, n, k, k, float32(alpha), wp, k, cp, k, 0, out, k)
+	kernels.Parallel(n, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			o, p, row := out[r*k:(r+1)*k], wp[r*k:(r+1)*k], w[r*k:(r+1)*k]
+			for i, c := range perm {
+				p[c] = o[i] // W_p alpha M back in channel order
+			}
+			for c := range row {
+				o[c] = row[c] + p[c]
+			}
+		}
+	})
+	return quant.F32Matrix(n, k, out)
+}
