@@ -25,9 +25,13 @@ const refineRows = 256
 // other groups, and the residual's product with H is kept up to date with
 // one GEMM per group. The new parameters are rounded to the grid's dtype
 // before they count, so the loss never rises by more than that rounding.
-// sweeps passes go over every group; Stats is measured again after them.
+// With recode, each of the sweeps first revisits the codes, on the 4-bit
+// grids, with the parameters held (recode: coordinate descent over each row's codes,
+// each one GPTQ chose greedily, column by column, moved to its best given
+// all the others), then refits every group's parameters to them. Stats is
+// measured again after them.
 // It returns the loss after the refit (0 sweeps: the loss of res as it is).
-func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) float64 {
+func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int, recode bool) float64 {
 	k, gs := res.K, res.Group
 	ng := k / gs
 	asym := g.Kind == convert.GridAsym4
@@ -68,6 +72,13 @@ func refine(res *Result, m quant.Matrix, hf []float32, g Grid, sweeps int) float
 			loss += float64(v) * float64(gr[i])
 		}
 		for range sweeps {
+			if recode {
+				kernels.Parallel(p, func(r0, r1 int) {
+					for r := r0; r < r1; r++ {
+						gains[r] += res.recode(g, n0+r, hf, gr[r*k:(r+1)*k])
+					}
+				})
+			}
 			for gi := range ng {
 				lo := gi * gs
 				kernels.Parallel(p, func(r0, r1 int) {
@@ -194,4 +205,41 @@ func (g Grid) rounded(p param) param {
 		return param{scale: q.Scale, zero: q.Zero}
 	}
 	return param{scale: g.DType.Round(p.scale)}
+}
+
+// recode is one coordinate-descent sweep over row n's codes, its group
+// parameters held fixed, on the loss (w - ŵ) H (w - ŵ)ᵀ: each code in turn
+// moves to the one that minimises the loss given the rest of the row (the
+// nearest to its 1-D optimum, a convex quadratic in the code), grad (the
+// row's (w - ŵ) H) kept up to date. It returns the loss it took off.
+func (r *Result) recode(g Grid, n int, hf, grad []float32) float64 {
+	k, ng := r.K, r.K/r.Group
+	hi := 15
+	if g.Kind == convert.GridInt8 {
+		return 0
+	}
+	var gain float64
+	codes := r.Codes[n*k : (n+1)*k]
+	for j := range k {
+		hjj := hf[j*k+j]
+		if !(hjj > 0) {
+			continue
+		}
+		p := r.param(n*ng + j/r.Group)
+		q := int(codes[j])
+		t := float64(grad[j]) / (float64(p.scale) * float64(hjj))
+		qn := min(hi, max(0, q+int(math.Round(t))))
+		if qn == q {
+			continue
+		}
+		d := float64(g.value(p, uint8(qn))) - float64(g.value(p, uint8(q)))
+		dg := 2*d*float64(grad[j]) - d*d*float64(hjj)
+		if !(dg > 0) {
+			continue
+		}
+		codes[j] = uint8(qn)
+		kernels.Axpy(float32(-d), hf[j*k:(j+1)*k], grad)
+		gain += dg
+	}
+	return gain
 }

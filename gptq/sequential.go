@@ -48,8 +48,11 @@ type Calibrator struct {
 	// model's output W X_f (C = sum (X_f - X)^T X, H = X^T X; at 1 the
 	// least-squares target, at 0 GPTQ's own W). 0: off.
 	FloatTarget float64
-	Log         io.Writer // warnings and fallbacks; nil: none
-	Quiet       bool      // no progress bar
+	// QuietShortText: no warning when the text gives fewer tokens than
+	// Budget (the budget is a default, not the user's ask).
+	QuietShortText bool
+	Log            io.Writer // warnings and fallbacks; nil: none
+	Quiet          bool      // no progress bar
 	// OnLayer, if set, is called after each layer with its modules'
 	// records and the forward and solve time it took (for measurements
 	// and logs of long runs).
@@ -126,7 +129,7 @@ func (r *run) refineResult(res *Result, m quant.Matrix, h *calib.Hessian) float6
 		r.hfOf = h
 	}
 	setPhase("refine")
-	return refine(res, m, r.hf, r.grid, r.c.Refit)
+	return refine(res, m, r.hf, r.grid, r.c.Refit, true)
 }
 
 // layerModule is one quantized linear of a layer and the input it reads.
@@ -254,7 +257,7 @@ func (r *run) prepare() error {
 		samples[ch.Sample] = true
 		tokens += int64(len(ch.IDs))
 	}
-	if tokens < int64(c.Budget) {
+	if tokens < int64(c.Budget) && !c.QuietShortText {
 		fmt.Fprintf(c.Log, "sparkconv: warning: the calibration text gives %d tokens, fewer than the budget of %d (--tokens): all of them are used; add samples for more\n", tokens, c.Budget)
 	}
 	r.cal = &convert.Calibration{Method: "gptq", Sources: rd.Sources, SHA256: rd.SHA256, Samples: len(samples), Tokens: tokens,

@@ -104,11 +104,16 @@ func printReport(cmd *cobra.Command, r *convert.Report, out string) error {
 const calibHelp = `
 
 Calibration (default): real GPTQ. The model runs layer by layer on --tokens
-calibration tokens (default 8192, from the corpus built into the binary, or
+calibration tokens (default 32768 for gptq and w4a16, 8192 for w8a8, or the
+whole text when it is shorter; from the corpus built into the binary, or
 --samples FILE, repeatable, in calibrate's formats); each layer's input comes
 from the already-quantized layers before it, and inside a layer each linear
 is solved on the output of the quantized ones before it (true sequential:
-q_k_v_proj, o_proj, gate_proj and up_proj, down_proj). One Hessian per
+q_k_v_proj, o_proj, gate_proj and up_proj, down_proj). With --float-target A
+(default 0.25 for gptq and w4a16, 0 for w8a8) the float model runs beside the
+quantized one and each layer linear is solved toward W + A W C H^-1, the
+weights that map the quantized model's input onto the float model's output
+(GPTAQ's asymmetric calibration). One Hessian per
 distinct linear input, --damp of its mean diagonal added (default 0.01; more
 when it is not positive definite); the blocked GPTQ solve picks the codes,
 group parameters taken at each group boundary from the error-updated
@@ -163,7 +168,11 @@ type calibFlags struct {
 func (c *calibFlags) register(cmd *cobra.Command, fourBit bool) {
 	f := cmd.Flags()
 	f.StringArrayVar(&c.c.Files, "samples", nil, "calibration samples file (text with --- separators, or .jsonl); repeatable (default: the embedded corpus)")
-	f.IntVar(&c.c.Budget, "tokens", gptq.DefaultBudget, "calibration token budget: tokens run through the model, drawn round-robin over the samples")
+	budget, target := gptq.DefaultBudget, 0.0
+	if fourBit {
+		budget, target = gptq.DefaultBudget4, gptq.DefaultFloatTarget
+	}
+	f.IntVar(&c.c.Budget, "tokens", budget, "calibration token budget: tokens run through the model, drawn round-robin over the samples (the whole text when it is shorter; a warning says so only when --tokens is given)")
 	f.IntVar(&c.c.SeqLen, "seq-len", gptq.DefaultSeqLen, "longest calibration chunk in tokens; longer samples are cut into several chunks")
 	f.Float64Var(&c.c.Damp, "damp", gptq.DefaultDamp, "GPTQ damping, a fraction of the Hessian's mean diagonal, in (0, 1]")
 	f.BoolVar(&c.c.ActOrder, "act-order", fourBit, "static act-order: solve columns in descending Hessian diagonal order, groups kept in place (g_idx stays k/g); --act-order=false solves them in order")
@@ -174,7 +183,7 @@ func (c *calibFlags) register(cmd *cobra.Command, fourBit bool) {
 	}
 	f.IntVar(&c.c.Refit, "refit", refit, "sweeps of the least-squares refit of each solved linear's group parameters to its codes under the calibration Hessian (0: none)")
 	f.IntVar(&c.c.Rounds, "refit-rounds", 1, "with --refit: times the codes are solved, each after the first for the refitted parameters (the lower loss is kept)")
-	f.Float64Var(&c.c.FloatTarget, "float-target", 0, "asymmetric calibration (GPTAQ's objective): run the float model beside the quantized one and solve each layer linear toward W + A W C H^-1, the weights that map the quantized model's input onto the float model's output; A in [0, 1] is that target's weight (0: off)")
+	f.Float64Var(&c.c.FloatTarget, "float-target", target, "asymmetric calibration (GPTAQ's objective): run the float model beside the quantized one and solve each layer linear toward W + A W C H^-1, the weights that map the quantized model's input onto the float model's output; A in [0, 1] is that target's weight (0: off)")
 	freeForm(cmd, "samples")
 	checkedBy(cmd, "float-target", "a weight in [0, 1]", func(s string) error {
 		v, err := strconv.ParseFloat(s, 64)
@@ -236,6 +245,7 @@ func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
 			return nil, usagef("--weighted-search weighs the parameter search, which --no-search turns off")
 		}
 	}
+	c.c.QuietShortText = !f.Changed("tokens")
 	// The flag rules (intIn, checkedBy) have checked --damp, --tokens,
 	// --smooth and --seq-len before the command runs.
 	c.c.Log = cmd.ErrOrStderr()

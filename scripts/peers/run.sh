@@ -81,6 +81,8 @@ check_chunks() { # check_chunks BUILD
 	python3 - "$1/sparkconv-report.json" "$work/chunks.jsonl" <<-'PY'
 		import json, sys
 		cal = json.load(open(sys.argv[1]))["calibration"]
+		if cal["token_budget"] != 8192:  # the peers' budget (calibtokens'); a row at another budget is not theirs
+		    sys.exit(0)
 		chunks = [json.loads(l) for l in open(sys.argv[2])]
 		got = (len({c["sample"] for c in chunks}), sum(len(c["ids"]) for c in chunks))
 		if got != (cal["samples"], cal["tokens"]):
@@ -93,6 +95,7 @@ rows=(
 	"sparkconv-gptq sparkconv gptq --group 64 --quant-head"
 	"sparkconv-w4a16-head sparkconv w4a16 --group 64"
 	"sparkconv-gptq-head sparkconv gptq --group 64"
+	"sparkconv-gptq-head-8k sparkconv gptq --group 64 --tokens 8192"
 	"sparkconv-rotate-w8a8 sparkconv-rotate w8a8"
 	"llmcompressor-w4a16-sym llmcompressor w4a16-sym"
 	"autoround-w4-sym autoround"
@@ -138,7 +141,7 @@ for row in "${rows[@]}"; do
 	# sparkconv's 4-bit builds once more as weights only: the float32
 	# checkpoint of their dequantized weights, as the weight-only peers are scored.
 	case $name in
-	sparkconv-w4a16 | sparkconv-gptq | sparkconv-w4a16-head | sparkconv-gptq-head)
+	sparkconv-w4a16 | sparkconv-gptq | sparkconv-w4a16-head | sparkconv-gptq-head | sparkconv-gptq-head-8k)
 		[ -d "$work/$name-weights" ] || "$work/dequant" "$work/$name" "$work/$name-weights"
 		score "$name-weights" "$work/$name-weights"
 		;;
