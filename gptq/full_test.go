@@ -95,7 +95,8 @@ func TestMeasureHead(t *testing.T) {
 // it; SPARKCONV_FULL_LAYERS=N layers calibrated from there;
 // SPARKCONV_FULL_TOKENS=T; SPARKCONV_FULL_SAMPLES=FILE instead of the
 // embedded corpus; SPARKCONV_FULL_ACT_ORDER=1: act-order, the default of
-// gptq and w4a16). Per layer: forward and solve time, each module's
+// gptq and w4a16; SPARKCONV_FULL_FLOAT_TARGET=A: the float target).
+// Per layer: forward and solve time, the peak RSS so far, each module's
 // held-out error GPTQ/RTN and any retry's note (SPARKCONV_FULL_DAMPS=a,b,..:
 // retry at every one of these dampings). A measurement, skipped
 // without SPARKCONV_FULL; it stops after the solve (the other layers are
@@ -114,7 +115,7 @@ func TestMeasureBudget(t *testing.T) {
 	from := env("SPARKCONV_FULL_FROM", 0)
 	c := &Calibrator{Log: os.Stderr, Quiet: true, Budget: env("SPARKCONV_FULL_TOKENS", 0), layerFrom: from, layerLimit: from + env("SPARKCONV_FULL_LAYERS", 1),
 		OnLayer: func(i int, mods []*convert.ModuleReport, fwd, solve time.Duration) {
-			line := fmt.Sprintf("layer %2d: forward %6.1fs solve %6.1fs |", i, fwd.Seconds(), solve.Seconds())
+			line := fmt.Sprintf("layer %2d: forward %6.1fs solve %6.1fs rss %5.0f MB |", i, fwd.Seconds(), solve.Seconds(), convert.PeakRSSMB())
 			for k, m := range mods {
 				line += fmt.Sprintf(" %s %.4g/%.4g", layerModules[k].name, m.OutErr, m.OutErrRTN)
 				if m.Method != "gptq" {
@@ -128,6 +129,9 @@ func TestMeasureBudget(t *testing.T) {
 				}
 			}
 		}}
+	if a, err := strconv.ParseFloat(os.Getenv("SPARKCONV_FULL_FLOAT_TARGET"), 64); err == nil {
+		c.FloatTarget = a
+	}
 	if d := os.Getenv("SPARKCONV_FULL_DAMPS"); d != "" { // every one tried
 		defer func(old []float64) { RetryDamps = old }(RetryDamps)
 		RetryDamps = nil
