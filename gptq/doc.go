@@ -11,6 +11,12 @@
 //     are independent given the factor), its updates float32 GEMMs but
 //     inside 16-column sub-blocks, one for every grid: GPTQ's symmetric
 //     int4, tinygemm's asymmetric int4 and per-channel int8 (grid.go);
+//   - refine.go: the refit after a solve, on the loss the solve minimises:
+//     each sweep revisits every code given the others (coordinate
+//     descent) and then fits every group's parameters by least squares;
+//   - floattarget.go: the float target (GPTAQ's asymmetric calibration):
+//     the float model's stream beside the quantized one, and the target
+//     W + A W C H^-1 each layer linear is solved toward;
 //   - phase.go: pprof labels that split a conversion's CPU profile by
 //     phase;
 //   - sequential.go: the calibration inside a conversion, true-sequential
