@@ -30,15 +30,16 @@ type Hessian struct {
 	AbsMax   []float32
 	TrackMax bool
 	// Cross is the sum of (ref - x)^T x over the rows in H, [K, K]
-	// row-major (Cross[a*K+b] sums (ref-x)[a] x[b]), when rows come with a
-	// reference through AddRef: the float model's input to the same linear
-	// beside the quantized model's (GPTQ's asymmetric calibration, package
-	// gptq). Held-out rows are left out of it as they are out of H.
-	Cross  []float64
+	// row-major float32 (Cross[a*K+b] sums (ref-x)[a] x[b]), when rows come
+	// with a reference through AddRef: the float model's input to the same
+	// linear beside the quantized model's (GPTQ's float target, package
+	// gptq). Held-out rows are left out of it as they are out of H. It is
+	// float32, unlike H: it enters the solve only through a target scaled
+	// by its weight, and at K = 6656 float64 would cost 177 MB more.
+	Cross  []float32
 	seen   int64 // rows offered, held-out ones included
 	buf    []float32
 	refBuf []float32 // the reference rows beside buf (AddRef)
-	tile   []float32 // flush's float32 tile of a Cross product
 }
 
 // NewHessian returns an empty accumulator for k input channels that adds
@@ -65,7 +66,7 @@ func (h *Hessian) Add(x []float32, rows int) { h.add(x, nil, rows) }
 // all with a reference or all without.
 func (h *Hessian) AddRef(x, ref []float32, rows int) {
 	if len(h.Cross) != h.K*h.K {
-		h.Cross = make([]float64, h.K*h.K)
+		h.Cross = make([]float32, h.K*h.K)
 	}
 	h.add(x, ref, rows)
 }
@@ -116,33 +117,15 @@ func (h *Hessian) flush() {
 	h.buf, h.refBuf = h.buf[:0], h.refBuf[:0]
 }
 
-// crossTile is how many rows of Cross one float32 product computes before
-// it is added to the float64 sum.
-const crossTile = 256
-
-// addCross adds (refBuf - buf)^T buf of the n gathered rows to Cross, a
-// tile of crossTile rows at a time (refBuf is overwritten).
+// addCross adds (refBuf - buf)^T buf of the n gathered rows to Cross
+// (refBuf is overwritten).
 func (h *Hessian) addCross(n int) {
 	k := h.K
 	d := h.refBuf[:n*k]
 	for i, v := range h.buf[:n*k] {
 		d[i] -= v
 	}
-	rows := min(k, crossTile)
-	if len(h.tile) < rows*k {
-		h.tile = make([]float32, rows*k)
-	}
-	for a0 := 0; a0 < k; a0 += rows {
-		ra := min(rows, k-a0)
-		// tile[ra, K] = D[:, a0:a0+ra]^T X
-		kernels.Sgemm(true, false, ra, k, n, 1, d[a0:], k, h.buf, k, 0, h.tile, k)
-		dst := h.Cross[a0*k : (a0+ra)*k]
-		kernels.Parallel(ra, func(lo, hi int) {
-			for i := lo * k; i < hi*k; i++ {
-				dst[i] += float64(h.tile[i])
-			}
-		})
-	}
+	kernels.Sgemm(true, false, k, k, n, 1, d, k, h.buf, k, 1, h.Cross, k)
 }
 
 // Finish adds the pending rows and mirrors the lower triangle: H is then

@@ -79,7 +79,7 @@ func TestHessian(t *testing.T) {
 				return
 			}
 			for i, v := range wantCross {
-				if math.Abs(h.Cross[i]-v) > 1e-4*(1+math.Abs(v)) {
+				if math.Abs(float64(h.Cross[i])-v) > 1e-4*(1+math.Abs(v)) {
 					t.Fatalf("Cross[%d] = %g, want %g", i, h.Cross[i], v)
 				}
 			}

@@ -53,42 +53,29 @@ func (c *Calibrator) checkFloatTarget() error {
 // the solve uses, in f's processing order): the weights whose product
 // with the quantized input X best matches, in least squares on the
 // calibration rows, the float weights' product with the float input X_f
-// (alpha = 1), or a step toward them. Computed in processing order in
-// float32: M = C_p U^T U (two [k, k] GEMMs), W*_p = W_p + alpha W_p M.
-func floatTarget(w []float32, n, k int, f *Factor, cross []float64, alpha float64) quant.Matrix {
+// (alpha = 1), or a step toward them. Computed right to left in float32
+// with [n, k] intermediates only (no [k, k] one beside C): T = W C in
+// channel order, its columns permuted into f's order (W_p C_p = (W C)_p),
+// then T U^T, then alpha (T U^T) U, added back in channel order.
+func floatTarget(w []float32, n, k int, f *Factor, cross []float32, alpha float64) quant.Matrix {
 	perm, u := f.Perm, f.U
-	cp := make([]float32, k*k)
-	kernels.Parallel(k, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			src := cross[perm[i]*k:]
-			for j, pj := range perm {
-				cp[i*k+j] = float32(src[pj])
+	t, tp := make([]float32, n*k), make([]float32, n*k)
+	kernels.Sgemm(false, false, n, k, k, 1, w, k, cross, k, 0, t, k) // W C
+	kernels.Parallel(n, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			for i, c := range perm {
+				tp[r*k+i] = t[r*k+c]
 			}
 		}
 	})
-	a := make([]float32, k*k)
-	kernels.Sgemm(false, true, k, k, k, 1, cp, k, u, k, 0, a, k)  // C_p U^T
-	kernels.Sgemm(false, false, k, k, k, 1, a, k, u, k, 0, cp, k) // (C_p U^T) U
-	a = nil
-	wp := make([]float32, n*k)
+	kernels.Sgemm(false, true, n, k, k, 1, tp, k, u, k, 0, t, k)               // (W C)_p U^T
+	kernels.Sgemm(false, false, n, k, k, float32(alpha), t, k, u, k, 0, tp, k) // alpha (W C)_p U^T U
+	out := t
 	kernels.Parallel(n, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			row := w[r*k : (r+1)*k]
+			o, p, row := out[r*k:(r+1)*k], tp[r*k:(r+1)*k], w[r*k:(r+1)*k]
 			for i, c := range perm {
-				wp[r*k+i] = row[c]
-			}
-		}
-	})
-	out := make([]float32, n*k)
-	kernels.Sgemm(false, false, n, k, k, float32(alpha), wp, k, cp, k, 0, out, k)
-	kernels.Parallel(n, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			o, p, row := out[r*k:(r+1)*k], wp[r*k:(r+1)*k], w[r*k:(r+1)*k]
-			for i, c := range perm {
-				p[c] = o[i] // W_p alpha M back in channel order
-			}
-			for c := range row {
-				o[c] = row[c] + p[c]
+				o[c] = row[c] + p[i]
 			}
 		}
 	})

@@ -51,7 +51,7 @@ func TestFloatTarget(t *testing.T) {
 			var lhs, rhs float64
 			for a := range k {
 				lhs += float64(ws[a]) * h.H[a*k+b]
-				rhs += float64(wr[a]) * (h.H[a*k+b] + h.Cross[a*k+b])
+				rhs += float64(wr[a]) * (h.H[a*k+b] + float64(h.Cross[a*k+b]))
 			}
 			worst, scale = max(worst, math.Abs(lhs-rhs)), max(scale, math.Abs(rhs))
 		}
