@@ -182,7 +182,11 @@ func (c *calibFlags) register(cmd *cobra.Command, fourBit bool) {
 		refit = gptq.DefaultRefit
 	}
 	f.IntVar(&c.c.Refit, "refit", refit, "sweeps of the least-squares refit of each solved linear's group parameters to its codes under the calibration Hessian (0: none)")
-	f.IntVar(&c.c.Rounds, "refit-rounds", 1, "with --refit: times the codes are solved, each after the first for the refitted parameters (the lower loss is kept)")
+	rounds := 1
+	if fourBit {
+		rounds = gptq.DefaultRefitRounds4
+	}
+	f.IntVar(&c.c.Rounds, "refit-rounds", rounds, "with --refit: times the codes are solved, each after the first for the refitted parameters (the lower loss is kept)")
 	f.Float64Var(&c.c.FloatTarget, "float-target", target, "asymmetric calibration (GPTAQ's objective): run the float model beside the quantized one and solve each layer linear toward W + A W C H^-1, the weights that map the quantized model's input onto the float model's output; A in [0, 1] is that target's weight (0: off)")
 	freeForm(cmd, "samples")
 	checkedBy(cmd, "float-target", "a weight in [0, 1]", func(s string) error {
