@@ -132,7 +132,7 @@ type Choice struct {
 // to Spark, group 64, testdata/real/heldout.txt, each command at its
 // defaults).
 const (
-	rotatedW4A8 = "built from the rotated checkpoint (rotate, without down_proj smoothing, which costs int4 down_proj more than int8 activations gain): mean KLD 0.117 -> 0.088 on a real model"
+	rotatedW4A8 = "built from the rotated checkpoint (rotate, without down_proj smoothing, which costs int4 down_proj more than int8 activations gain): mean KLD 0.115 -> 0.088 on a real model"
 	plainW4A16  = "built from the checkpoint as it is, with act-order (w4a16's default): mean KLD 0.042 on a real model, where rotating it first (rotate, with down_proj smoothing) gives 0.062"
 	// What vLLM's CPU GPTQ kernel (CPUWNA16LinearKernel, vLLM 0.33 and
 	// 0.34) does with a gptq checkpoint, and what tinygemm does with w4a16.
