@@ -1,6 +1,7 @@
 package gptq
 
 import (
+	"errors"
 	"fmt"
 
 	"sparkconv/forward"
@@ -36,6 +37,10 @@ func (r *run) newStream() error {
 	return nil
 }
 
+// FloatTargetWithSmooth is why the float target and SmoothQuant are
+// refused together (the library's error, the command's usage error).
+const FloatTargetWithSmooth = "the float target (--float-target) and SmoothQuant (--smooth) cannot be combined: smoothing rescales the quantized model's norms, which the float model beside it does not share"
+
 // checkFloatTarget refuses a weight outside [0, 1] and the combinations
 // the float stream cannot serve.
 func (c *Calibrator) checkFloatTarget() error {
@@ -43,7 +48,7 @@ func (c *Calibrator) checkFloatTarget() error {
 		return fmt.Errorf("float target weight %g is outside [0, 1]", c.FloatTarget)
 	}
 	if c.FloatTarget > 0 && c.Smooth > 0 {
-		return fmt.Errorf("the float target (GPTAQ) and SmoothQuant (--smooth) cannot be combined: smoothing rescales the quantized model's norms, which the float model beside it does not share")
+		return errors.New(FloatTargetWithSmooth)
 	}
 	return nil
 }

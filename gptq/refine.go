@@ -213,11 +213,11 @@ func (g Grid) rounded(p param) param {
 // nearest to its 1-D optimum, a convex quadratic in the code), grad (the
 // row's (w - ŵ) H) kept up to date. It returns the loss it took off.
 func (r *Result) recode(g Grid, n int, hf, grad []float32) float64 {
-	k, ng := r.K, r.K/r.Group
-	hi := 15
 	if g.Kind == convert.GridInt8 {
 		return 0
 	}
+	const hi = 15 // the 4-bit grids' largest code
+	k, ng := r.K, r.K/r.Group
 	var gain float64
 	codes := r.Codes[n*k : (n+1)*k]
 	for j := range k {

@@ -348,16 +348,17 @@ func (r *run) layers() error {
 		if err != nil {
 			return err
 		}
-		runs := stageRuns(s, r.xs, r.hand, r.norm)
-		var floats []func(k, T int) []float32
+		stages := stagesOf(s, r.xs, r.hand, r.norm)
+		var floats []stage // the float model's same stages (FloatTarget)
 		if r.float != nil {
 			sf, err := r.float.fm.Stages(i, nil)
 			if err != nil {
 				return err
 			}
-			floats = stageRuns(sf, r.float.xs, r.float.hand, r.float.norm)
+			floats = stagesOf(sf, r.float.xs, r.float.hand, r.float.norm)
 		}
-		for si, input := range stageInputs {
+		for si, st := range stages {
+			input := st.input
 			var h *calib.Hessian
 			if input >= 0 {
 				h = r.hess[input]
@@ -367,9 +368,9 @@ func (r *run) layers() error {
 			}
 			var fl func(k, T int) []float32
 			if floats != nil {
-				fl = floats[si]
+				fl = floats[si].run
 			}
-			if err := r.pass(i, input, runs[si], fl, h); err != nil {
+			if err := r.pass(i, input, st.run, fl, h); err != nil {
 				return err
 			}
 			// The packed weights serve one pass: the solve that follows
@@ -401,32 +402,35 @@ func (r *run) layers() error {
 	return nil
 }
 
-// stageInputs is the input each of a layer's stages (stageRuns) produces
-// for a solve, in order; -1: the last stage, nothing to solve.
-var stageInputs = []forward.Point{forward.AttnNorm, forward.AttnGated, forward.MLPNorm, forward.MLPAct, -1}
+// stage is one of a layer's stages over one chunk k of T tokens: run
+// returns the input it produces for a solve (nil for the last stage),
+// input names it (-1: the last stage, nothing to solve).
+type stage struct {
+	run   func(k, T int) []float32
+	input forward.Point
+}
 
-// stageRuns is a layer's stages over one chunk k of T tokens, on the
-// residual streams xs, the per-chunk hand-over buffers hand and the norm
-// buffer: each returns the input it produces (stageInputs), nil for the last.
-func stageRuns(s *forward.Stages, xs, hand [][]float32, norm []float32) []func(k, T int) []float32 {
-	return []func(k, T int) []float32{
-		func(k, T int) []float32 { s.InputNorm(norm, xs[k], T); return norm },
-		func(k, T int) []float32 {
+// stagesOf is a layer's stages on the residual streams xs, the per-chunk
+// hand-over buffers hand and the norm buffer, in order.
+func stagesOf(s *forward.Stages, xs, hand [][]float32, norm []float32) []stage {
+	return []stage{
+		{func(k, T int) []float32 { s.InputNorm(norm, xs[k], T); return norm }, forward.AttnNorm},
+		{func(k, T int) []float32 {
 			s.InputNorm(norm, xs[k], T)
 			s.Attention(hand[k], norm, T)
 			return hand[k]
-		},
-		func(k, T int) []float32 {
+		}, forward.AttnGated},
+		{func(k, T int) []float32 {
 			s.AttnOut(xs[k], hand[k], T)
 			s.PostNorm(norm, xs[k], T)
 			return norm
-		},
-		func(k, T int) []float32 {
+		}, forward.MLPNorm},
+		{func(k, T int) []float32 {
 			s.PostNorm(norm, xs[k], T)
 			s.MLPAct(hand[k], norm, T)
 			return hand[k]
-		},
-		func(k, T int) []float32 { s.MLPOut(xs[k], hand[k], T); return nil },
+		}, forward.MLPAct},
+		{func(k, T int) []float32 { s.MLPOut(xs[k], hand[k], T); return nil }, -1},
 	}
 }
 

@@ -20,7 +20,7 @@ type model interface {
 	size() int
 	// idLimit is one more than the largest vocab id.
 	idLimit() int
-	// unk is the unknown token's id, -1 when the model has none.
+	// unkIndex is the unknown token's id, -1 when the model has none.
 	unkIndex() int
 }
 

@@ -239,7 +239,7 @@ func (c *calibFlags) solver(cmd *cobra.Command) (convert.Solver, error) {
 		return nil, nil
 	}
 	if c.c.FloatTarget > 0 && c.c.Smooth > 0 {
-		return nil, usagef("--float-target and --smooth cannot be combined: smoothing rescales the quantized model's norms, which the float model beside it does not share")
+		return nil, usagef("%s", gptq.FloatTargetWithSmooth)
 	}
 	if f.Changed("refit-rounds") && c.c.Refit == 0 {
 		return nil, usagef("--refit-rounds solves again for refitted parameters; it needs --refit above 0")
