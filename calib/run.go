@@ -110,15 +110,13 @@ func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options
 	}
 	c := m.Cfg
 	s := newSummary(c, texts, chunks, opt)
-	xs := make([][]float32, len(chunks))
-	for k, ch := range chunks {
-		x, err := m.Embed(ch.IDs)
-		if err != nil {
-			return nil, fmt.Errorf("%s chunk at token %d: %w", texts[ch.Sample].where(), ch.Start, err)
-		}
-		xs[k] = x
+	loop := &Loop{Model: m, Chunks: chunks, Ctx: opt.Ctx, Bar: opt.Bar, Label: func(k int) string {
+		return fmt.Sprintf("%s chunk at token %d", texts[chunks[k].Sample].where(), chunks[k].Start)
+	}}
+	if err := loop.Embed(); err != nil {
+		return nil, err
 	}
-	lr := &layerRun{m: m, chunks: chunks, xs: xs, dir: dir, opt: opt, accs: map[forward.Point]*inputAcc{
+	lr := &layerRun{loop: loop, dir: dir, accs: map[forward.Point]*inputAcc{
 		forward.AttnNorm: newInputAcc(c.HiddenSize), forward.AttnGated: newInputAcc(c.QDim()),
 		forward.MLPNorm: newInputAcc(c.HiddenSize), forward.MLPAct: newInputAcc(c.IntermediateSize),
 	}}
@@ -131,7 +129,7 @@ func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options
 		// the live set before the next collection.
 		debug.FreeOSMemory()
 	}
-	if err := runHead(m, chunks, xs, dir, s, &lr.hbuf, opt); err != nil {
+	if err := lr.head(s); err != nil {
 		return nil, err
 	}
 	data, err := json.MarshalIndent(s, "", "  ")
@@ -146,33 +144,24 @@ func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options
 
 // layerRun is the state of the layer-by-layer pass.
 type layerRun struct {
-	m      *forward.Model
-	chunks []Chunk
-	xs     [][]float32 // residual stream of every chunk, advanced layer by layer
-	dir    string
-	opt    Options
-	accs   map[forward.Point]*inputAcc // reused from layer to layer
-	hbuf   []byte                      // Hessian bytes being written, reused
+	loop *Loop
+	dir  string
+	accs map[forward.Point]*inputAcc // reused from layer to layer
+	hbuf []byte                      // Hessian bytes being written, reused
 }
 
 // layer runs layer i over every chunk, writes its file and adds it to s.
 func (lr *layerRun) layer(i int, s *Summary) error {
-	c := lr.m.Cfg
-	lr.opt.Bar.Describe(fmt.Sprintf("calibrate layer %d/%d", i+1, c.NumLayers))
+	c := lr.loop.Model.Cfg
+	lr.loop.Bar.Describe(fmt.Sprintf("calibrate layer %d/%d", i+1, c.NumLayers))
 	obs := newObserver(i)
 	for _, in := range forward.LinearInputs {
 		a := lr.accs[in.Point]
 		a.reset(spark.LayerModule(i, in.Readers[0]) + ".input")
 		obs.inputs[in.Point] = a
 	}
-	for k, ch := range lr.chunks {
-		if err := lr.opt.Ctx.Err(); err != nil {
-			return err
-		}
-		if _, _, err := lr.m.ForwardLayer(i, lr.xs[k], len(ch.IDs), obs); err != nil {
-			return err
-		}
-		lr.opt.Bar.Add(1)
+	if err := lr.loop.Layer(i, obs, nil); err != nil {
+		return err
 	}
 	ranges, err := obs.rangeMap(fmt.Sprintf("layer %d", i))
 	if err != nil {
@@ -195,30 +184,26 @@ func (lr *layerRun) layer(i int, s *Summary) error {
 	return nil
 }
 
-// runHead records the final norm (the head's input, with its Hessian) and
+// head records the final norm (the head's input, with its Hessian) and
 // the logits' range.
-func runHead(m *forward.Model, chunks []Chunk, xs [][]float32, dir string, s *Summary, hbuf *[]byte, opt Options) error {
+func (lr *layerRun) head(s *Summary) error {
+	m := lr.loop.Model
 	H := m.Cfg.HiddenSize
-	opt.Bar.Describe("calibrate head")
+	lr.loop.Bar.Describe("calibrate head")
 	obs := newObserver(forward.ModelLevel)
 	a := newInputAcc(H)
 	a.reset(HeadModule + ".input")
 	obs.inputs[forward.FinalNorm] = a
-	for k, ch := range chunks {
-		if err := opt.Ctx.Err(); err != nil {
-			return err
-		}
-		T := len(ch.IDs)
-		fn := m.FinalNorm(xs[k])
+	err := lr.loop.Pass(func(k, T int) error {
+		fn := m.FinalNorm(lr.loop.Streams[k])
 		obs.Observe(forward.ModelLevel, forward.FinalNorm, fn, H)
-		err := m.HeadBlocks(fn, T, func(v0, v1 int, blk []float32) {
+		lr.loop.Streams[k] = nil
+		return m.HeadBlocks(fn, T, func(v0, v1 int, blk []float32) {
 			obs.Observe(forward.ModelLevel, forward.Logits, blk, v1-v0)
 		})
-		if err != nil {
-			return err
-		}
-		xs[k] = nil
-		opt.Bar.Add(1)
+	})
+	if err != nil {
+		return err
 	}
 	ranges, err := obs.rangeMap("head")
 	if err != nil {
@@ -227,7 +212,7 @@ func runHead(m *forward.Model, chunks []Chunk, xs [][]float32, dir string, s *Su
 	s.Head = ranges
 	// "lm_head" also when tied (model.tie_word_embeddings says which)
 	s.Inputs = append(s.Inputs, a.info(HeadFile, -1, forward.FinalNorm, []string{HeadModule}))
-	return writeTensors(dir, HeadFile, a.tensors(hbuf))
+	return writeTensors(lr.dir, HeadFile, a.tensors(&lr.hbuf))
 }
 
 func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Summary {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"sparkconv/calib"
 	"sparkconv/forward"
 	"sparkconv/kernels"
 	"sparkconv/quant"
@@ -15,8 +16,7 @@ import (
 // hand-over buffers, so each stage's float input to a linear is at hand
 // when the quantized input to it is accumulated.
 type stream struct {
-	fm   *forward.Model
-	xs   [][]float32 // residual stream of every chunk, float layers
+	loop *calib.Loop // the float forward and its residual streams
 	hand [][]float32 // what one stage hands the next, per chunk
 	norm []float32   // a norm's output for the chunk being run
 }
@@ -28,9 +28,11 @@ func (r *run) newStream() error {
 	if err != nil {
 		return err
 	}
-	st := &stream{fm: fm, xs: make([][]float32, len(r.xs)), hand: make([][]float32, len(r.hand)), norm: make([]float32, len(r.norm))}
-	for k := range r.xs {
-		st.xs[k] = append([]float32(nil), r.xs[k]...)
+	q := r.loop
+	st := &stream{loop: &calib.Loop{Model: fm, Chunks: q.Chunks, Streams: make([][]float32, len(q.Streams))},
+		hand: make([][]float32, len(r.hand)), norm: make([]float32, len(r.norm))}
+	for k := range q.Streams {
+		st.loop.Streams[k] = append([]float32(nil), q.Streams[k]...)
 		st.hand[k] = make([]float32, len(r.hand[k]))
 	}
 	r.float = st

@@ -160,9 +160,7 @@ type run struct {
 	j       *convert.Job
 	spec    convert.SolveSpec
 	grid    Grid
-	fm      *forward.Model
-	chunks  []calib.Chunk
-	xs      [][]float32 // residual stream of every chunk, quantized layers so far
+	loop    *calib.Loop // the quantized model's forward and residual streams (quantized layers so far)
 	hand    [][]float32 // what one stage hands the next, per chunk: att [T, QD], then act [T, I]
 	norm    []float32   // a norm's output for the chunk being run [SeqLen, H]
 	float   *stream     // the float model beside the quantized one (FloatTarget), or nil
@@ -212,7 +210,7 @@ func (c *Calibrator) Solve(j *convert.Job, spec convert.SolveSpec) (convert.Solu
 	if err := r.head(); err != nil {
 		return nil, err
 	}
-	r.fm, r.f = nil, Factor{}
+	r.loop, r.f = nil, Factor{}
 	debug.FreeOSMemory() // the writer starts from the store alone
 	r.bar.Done(true)
 	r.cal.ForwardS, r.cal.SolveS, r.cal.PeakRSSMB = r.fwd.Seconds(), r.solve.Seconds(), convert.PeakRSSMB()
@@ -243,8 +241,7 @@ func (r *run) prepare() error {
 	if err != nil {
 		return err
 	}
-	r.chunks = chunks
-	warn, err := calib.CheckTokens(r.chunks, unk, cfg.VocabSize)
+	warn, err := calib.CheckTokens(chunks, unk, cfg.VocabSize)
 	if err != nil {
 		return err
 	}
@@ -253,7 +250,7 @@ func (r *run) prepare() error {
 	}
 	samples := map[int]bool{}
 	var tokens int64
-	for _, ch := range r.chunks {
+	for _, ch := range chunks {
 		samples[ch.Sample] = true
 		tokens += int64(len(ch.IDs))
 	}
@@ -267,15 +264,17 @@ func (r *run) prepare() error {
 	if c.Refit > 0 {
 		r.cal.RefitRounds = c.Rounds
 	}
-	if r.fm, err = forward.New(r.j.Model, forward.Options{CachedLayers: 1, FamilyLinears: true}); err != nil {
+	fm, err := forward.New(r.j.Model, forward.Options{CachedLayers: 1, FamilyLinears: true})
+	if err != nil {
 		return err
 	}
-	r.xs, r.hand = make([][]float32, len(r.chunks)), make([][]float32, len(r.chunks))
+	if r.loop, err = calib.NewLoop(fm, chunks); err != nil {
+		return err
+	}
+	r.loop.Ctx = r.j.Context()
+	r.hand = make([][]float32, len(chunks))
 	longest := 0
-	for k, ch := range r.chunks {
-		if r.xs[k], err = r.fm.Embed(ch.IDs); err != nil {
-			return err
-		}
+	for k, ch := range chunks {
 		r.hand[k] = make([]float32, len(ch.IDs)*max(cfg.QDim(), cfg.IntermediateSize))
 		longest = max(longest, len(ch.IDs))
 	}
@@ -296,13 +295,14 @@ func (r *run) prepare() error {
 		r.hess[forward.AttnNorm].TrackMax, r.hess[forward.MLPNorm].TrackMax = true, true
 		r.cal.SmoothAlpha = c.Smooth
 	}
-	steps := int64(5 * cfg.NumLayers * len(r.chunks))
+	steps := int64(5 * cfg.NumLayers * len(chunks))
 	if r.headTarget() != nil {
-		steps += int64(len(r.chunks))
+		steps += int64(len(chunks))
 	}
 	if !c.Quiet {
 		r.bar = progress.New(steps, "gptq", false)
 	}
+	r.loop.Bar = r.bar
 	return nil
 }
 
@@ -340,22 +340,22 @@ func (r *run) layers() error {
 			h.Reset()
 		}
 		fwd0, solve0 := r.fwd, r.solve
-		l, err := r.fm.Layer(i) // float32 weights, replaced by codes as they are solved
+		l, err := r.loop.Model.Layer(i) // float32 weights, replaced by codes as they are solved
 		if err != nil {
 			return err
 		}
-		s, err := r.fm.Stages(i, nil)
+		s, err := r.loop.Model.Stages(i, nil)
 		if err != nil {
 			return err
 		}
-		stages := stagesOf(s, r.xs, r.hand, r.norm)
+		stages := stagesOf(s, r.loop.Streams, r.hand, r.norm)
 		var floats []stage // the float model's same stages (FloatTarget)
 		if r.float != nil {
-			sf, err := r.float.fm.Stages(i, nil)
+			sf, err := r.float.loop.Model.Stages(i, nil)
 			if err != nil {
 				return err
 			}
-			floats = stagesOf(sf, r.float.xs, r.float.hand, r.float.norm)
+			floats = stagesOf(sf, r.float.loop.Streams, r.float.hand, r.float.norm)
 		}
 		for si, st := range stages {
 			input := st.input
@@ -437,12 +437,12 @@ func stagesOf(s *forward.Stages, xs, hand [][]float32, norm []float32) []stage {
 // floatLayer runs layer i with its float weights over every chunk (the
 // measurements' shortcut to a deep layer), on the float stream too.
 func (r *run) floatLayer(i int) error {
-	for k, ch := range r.chunks {
-		if _, _, err := r.fm.ForwardLayer(i, r.xs[k], len(ch.IDs), nil); err != nil {
-			return err
-		}
-		if r.float != nil {
-			copy(r.float.xs[k], r.xs[k])
+	if err := r.loop.Layer(i, nil, nil); err != nil {
+		return err
+	}
+	if r.float != nil {
+		for k, x := range r.loop.Streams {
+			copy(r.float.loop.Streams[k], x)
 		}
 	}
 	return nil
@@ -455,38 +455,29 @@ func (r *run) pass(i int, p forward.Point, run, fl func(k, T int) []float32, h *
 	t0 := time.Now()
 	defer func() { r.fwd += time.Since(t0) }()
 	H := r.j.Model.Config.HiddenSize
-	for k, ch := range r.chunks {
-		if err := r.j.Context().Err(); err != nil {
-			return err
-		}
+	return r.loop.Pass(func(k, T int) error {
 		setPhase("forward")
 		var ref []float32
 		if fl != nil {
-			ref = fl(k, len(ch.IDs))
+			ref = fl(k, T)
 		}
-		x := run(k, len(ch.IDs))
+		x := run(k, T)
 		// An overflow (extreme weights) is refused where it appears, as
 		// the forward refuses it, before a Hessian or a report holds NaN.
-		var err error
-		if h != nil {
-			err = forward.CheckFinite(i, p, x[:len(ch.IDs)*h.K], h.K)
-		} else {
-			err = forward.CheckFinite(i, forward.HiddenOut, r.xs[k][:len(ch.IDs)*H], H)
+		if h == nil {
+			return forward.CheckFinite(i, forward.HiddenOut, r.loop.Streams[k][:T*H], H)
 		}
-		if err != nil {
+		if err := forward.CheckFinite(i, p, x[:T*h.K], h.K); err != nil {
 			return err
 		}
-		if h != nil {
-			setPhase("hessian")
-			if ref != nil {
-				h.AddRef(x, ref, len(ch.IDs))
-			} else {
-				h.Add(x, len(ch.IDs))
-			}
+		setPhase("hessian")
+		if ref != nil {
+			h.AddRef(x, ref, T)
+		} else {
+			h.Add(x, T)
 		}
-		r.bar.Add(1)
-	}
-	return nil
+		return nil
+	})
 }
 
 // logLayer prints one line per layer when no progress bar is drawn (a
@@ -577,9 +568,9 @@ func (r *run) headTarget() *convert.Target {
 func (r *run) head() error {
 	t := r.headTarget()
 	r.hess, r.f, r.hand, r.norm, r.float = nil, Factor{}, nil, nil, nil
-	r.fm.DropLayers()
+	r.loop.Model.DropLayers()
 	if t == nil {
-		r.xs = nil
+		r.loop.Streams = nil
 		return nil
 	}
 	debug.FreeOSMemory()
@@ -588,15 +579,14 @@ func (r *run) head() error {
 	r.mark("head start")
 	h := newHessian(t.K)
 	t0 := time.Now()
-	for k, ch := range r.chunks {
-		if err := r.j.Context().Err(); err != nil {
-			return err
-		}
-		h.Add(r.fm.FinalNorm(r.xs[k]), len(ch.IDs))
-		r.xs[k] = nil
-		r.bar.Add(1)
+	err := r.loop.Pass(func(k, T int) error {
+		h.Add(r.loop.Model.FinalNorm(r.loop.Streams[k]), T)
+		r.loop.Streams[k] = nil
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	r.xs = nil
 	r.fwd += time.Since(t0)
 	r.mark("head hessian")
 	t0 = time.Now()

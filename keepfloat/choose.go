@@ -237,24 +237,20 @@ func start(sm *spark.Model, f rule, chunks []calib.Chunk) (*run, error) {
 func (r *run) reference() error {
 	c := r.m.Cfg
 	r.xs = make([][][]float32, c.NumLayers)
-	x := make([][]float32, len(r.chunks))
-	for k, ch := range r.chunks {
-		e, err := r.m.Embed(ch.IDs)
-		if err != nil {
-			return err
-		}
-		x[k] = e
+	loop, err := calib.NewLoop(r.m, r.chunks)
+	if err != nil {
+		return err
 	}
 	for i := range c.NumLayers {
-		r.xs[i] = make([][]float32, len(x))
-		for k, ch := range r.chunks {
-			r.xs[i][k] = slices.Clone(x[k])
-			if _, _, err := r.m.ForwardLayer(i, x[k], len(ch.IDs), nil); err != nil {
-				return err
-			}
+		r.xs[i] = make([][]float32, len(r.chunks))
+		for k, x := range loop.Streams {
+			r.xs[i][k] = slices.Clone(x)
+		}
+		if err := loop.Layer(i, nil, nil); err != nil {
+			return err
 		}
 	}
-	lp, err := r.logProbs(x)
+	lp, err := r.logProbs(loop.Streams)
 	if err != nil {
 		return err
 	}
@@ -307,9 +303,9 @@ func logSoftmax(v []float32) {
 // quantized.
 func (r *run) cost(u convert.KeepUnit) (float64, error) {
 	c := r.m.Cfg
-	x := make([][]float32, len(r.chunks))
+	loop := &calib.Loop{Model: r.m, Chunks: r.chunks, Streams: make([][]float32, len(r.chunks))}
 	for k := range r.chunks {
-		x[k] = slices.Clone(r.xs[u.Layer][k])
+		loop.Streams[k] = slices.Clone(r.xs[u.Layer][k])
 	}
 	l, err := r.m.Layer(u.Layer)
 	if err != nil {
@@ -319,23 +315,17 @@ func (r *run) cost(u convert.KeepUnit) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for k, ch := range r.chunks {
-		if _, _, err = r.m.ForwardLayer(u.Layer, x[k], len(ch.IDs), nil); err != nil {
-			break
-		}
-	}
+	err = loop.Layer(u.Layer, nil, nil)
 	restore()
 	if err != nil {
 		return 0, err
 	}
 	for i := u.Layer + 1; i < c.NumLayers; i++ {
-		for k, ch := range r.chunks {
-			if _, _, err := r.m.ForwardLayer(i, x[k], len(ch.IDs), nil); err != nil {
-				return 0, err
-			}
+		if err := loop.Layer(i, nil, nil); err != nil {
+			return 0, err
 		}
 	}
-	lp, err := r.logProbs(x)
+	lp, err := r.logProbs(loop.Streams)
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package qnnbundle
 import (
 	"fmt"
 
+	"sparkconv/calib"
 	"sparkconv/forward"
 	"sparkconv/onnxgraph"
 )
@@ -21,7 +22,7 @@ type Stream struct {
 	ids    [][]int
 	held   [][]int // per sequence: positions whose logits the head's trace keeps
 	label  func(i int) string
-	x      [][]float32 // per sequence: the residual entering layer at
+	loop   *calib.Loop // per sequence: the residual entering layer at
 	at     int
 	span   [2]int // the layers of cur; {-1, -1} before any
 	logits bool   // cur holds the logits
@@ -39,6 +40,7 @@ func NewStream(ref *forward.Model, man *onnxgraph.Manifest, ids, held [][]int, l
 		label = func(i int) string { return fmt.Sprintf("sequence %d", i) }
 	}
 	s := &Stream{ref: ref, man: man, ids: ids, held: held, label: label, span: [2]int{-1, -1}}
+	chunks := make([]calib.Chunk, len(ids))
 	for i, seq := range ids {
 		if len(seq) == 0 || len(seq) > man.Context {
 			return nil, fmt.Errorf("%s: %d tokens: want 1..%d (the export's context)", label(i), len(seq), man.Context)
@@ -50,11 +52,11 @@ func NewStream(ref *forward.Model, man *onnxgraph.Manifest, ids, held [][]int, l
 				}
 			}
 		}
-		x, err := ref.Embed(seq)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", label(i), err)
-		}
-		s.x = append(s.x, x)
+		chunks[i] = calib.Chunk{Sample: i, IDs: seq}
+	}
+	s.loop = &calib.Loop{Model: ref, Chunks: chunks, Label: label}
+	if err := s.loop.Embed(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -112,14 +114,14 @@ func (s *Stream) trace(a, b int, logits bool) ([]*Trace, error) {
 			val: make([][]float32, c.NumLayers), logits: map[int][]float32{},
 			h: c.HiddenSize, kvd: c.KVDim(), kvHeads: c.NumKVHeads, headDim: c.HeadDim, context: s.man.Context,
 			maskValue: float32(s.man.MaskValue), layers: c.NumLayers}
-		ts[i].hidden[a] = append([]float32(nil), s.x[i]...)
+		ts[i].hidden[a] = append([]float32(nil), s.loop.Streams[i]...)
 	}
 	for ; s.at <= b; s.at++ {
 		if err := s.layer(s.at, ts); err != nil {
 			return nil, err
 		}
 		for i := range ts {
-			ts[i].hidden[s.at+1] = append([]float32(nil), s.x[i]...)
+			ts[i].hidden[s.at+1] = append([]float32(nil), s.loop.Streams[i]...)
 		}
 	}
 	if logits {
@@ -134,16 +136,11 @@ func (s *Stream) trace(a, b int, logits bool) ([]*Trace, error) {
 // layer runs layer l over every sequence, keeping its keys and values in
 // ts (nil: dropped).
 func (s *Stream) layer(l int, ts []*Trace) error {
-	for i, ids := range s.ids {
-		k, v, err := s.ref.ForwardLayer(l, s.x[i], len(ids), nil)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.label(i), err)
-		}
+	return s.loop.Layer(l, nil, func(i int, k, v []float32) {
 		if ts != nil {
 			ts[i].key[l], ts[i].val[l] = k, v
 		}
-	}
-	return nil
+	})
 }
 
 // logitsAt computes each trace's logits at its sequence's held positions

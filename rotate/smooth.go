@@ -106,19 +106,15 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 	if err != nil {
 		return nil, err
 	}
-	xs := make([][]float32, len(chunks))
-	for k, ch := range chunks {
-		if xs[k], err = m.Embed(ch.IDs); err != nil {
-			return nil, err
-		}
+	loop, err := calib.NewLoop(m, chunks)
+	if err != nil {
+		return nil, err
 	}
 	out := &smoothed{sources: rd.Sources, sha256: rd.SHA256, tokens: tokens}
 	for i := range c.NumLayers {
 		obs := &actRows{actMax: actMax{max: make([]float64, c.IntermediateSize)}, keep: o.Auto}
-		for k, ch := range chunks {
-			if _, _, err := m.ForwardLayer(i, xs[k], len(ch.IDs), obs); err != nil {
-				return nil, err
-			}
+		if err := loop.Layer(i, obs, nil); err != nil {
+			return nil, err
 		}
 		_, down, err := sm.Float32(spark.LayerWeight(i, spark.MLPDown))
 		if err != nil {
