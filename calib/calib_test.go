@@ -259,7 +259,7 @@ func TestRun(t *testing.T) {
 	}
 }
 
-func TestInputOf(t *testing.T) {
+func TestStatsOf(t *testing.T) {
 	tests := []struct {
 		module, prefix, file, err string
 	}{
@@ -273,7 +273,7 @@ func TestInputOf(t *testing.T) {
 		{"model.embed_tokens", "", "", "is not model.layers"},
 	}
 	for _, tc := range tests {
-		prefix, file, err := InputOf(tc.module)
+		prefix, file, err := StatsOf(tc.module)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: error %v, want %q", tc.module, err, tc.err)

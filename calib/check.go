@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Limits on what calibration text is accepted (CheckTokens).
+// Limits on what calibration text is accepted (Source.Take).
 const (
 	// MinTokens is the fewest calibration tokens accepted.
 	MinTokens    = 128
@@ -12,19 +12,6 @@ const (
 	warnUnkShare = 0.05 // warn above
 	minDistinct  = 64   // refuse below (or below a quarter of a tiny vocabulary or of a short text)
 )
-
-// CheckTokens is the one rule on degenerate calibration text, for every
-// command that calibrates (gptq, w8a8, w4a16, calibrate, qnn-bundle): it
-// refuses text that calibrates nothing: fewer than MinTokens tokens, mostly
-// the unknown token unk (-1: none), or a handful of distinct ids (GPTQ on
-// it is worse than round to nearest on real text). It returns a warning
-// for a noticeable share of unknown tokens.
-func CheckTokens(chunks []Chunk, unk, vocab int) (string, error) {
-	if total := countTokens(chunks); total < MinTokens {
-		return "", fmt.Errorf("the calibration text gives %d tokens, fewer than the %d needed: add samples", total, MinTokens)
-	}
-	return CheckVariety(chunks, unk, vocab)
-}
 
 func countTokens(chunks []Chunk) int {
 	n := 0
@@ -34,8 +21,11 @@ func countTokens(chunks []Chunk) int {
 	return n
 }
 
-// CheckVariety is CheckTokens without the count, for a command with a
-// count rule of its own (calibrate --min-tokens, qnn-bundle's window).
+// CheckVariety is the rule on degenerate calibration text every
+// calibrating command applies (Source.Take): it refuses text that
+// calibrates nothing, mostly the unknown token unk (-1: none) or a handful
+// of distinct ids (GPTQ on it is worse than round to nearest on real
+// text), and returns a warning for a noticeable share of unknown tokens.
 func CheckVariety(chunks []Chunk, unk, vocab int) (string, error) {
 	seen := map[int]bool{}
 	var total, unks int

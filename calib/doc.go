@@ -64,7 +64,7 @@
 //	{prefix}.tokens   I64 [1] number of tokens summed
 //
 // The prefixes, per layer i (an activation read by two modules is stored once,
-// under its first reader; InputOf maps any module to its prefix):
+// under its first reader; StatsOf maps any module to its prefix):
 //
 //	model.layers.{i}.self_attn.q_k_v_proj.input  attn_norm: q_k_v_proj and g_proj
 //	model.layers.{i}.self_attn.o_proj.input      attn_gated: o_proj

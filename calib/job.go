@@ -26,13 +26,16 @@ type Job struct {
 	Log        io.Writer // warnings; nil: none
 }
 
-// Calibrate tokenizes the samples with the model's tokenizer, checks them
-// (MinTokens, CheckVariety), and runs them through the reference forward
+// Calibrate takes every sample (or MaxSamples of them) with the model's
+// tokenizer (Source.Take with All: MinTokens and the variety rule), and runs them through the reference forward
 // into the statistics files of Out (Run). It returns the summary and the
 // number of tokens run.
 func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
 	if j.Log == nil {
 		j.Log = io.Discard
+	}
+	if len(j.Files) == 0 {
+		return nil, 0, fmt.Errorf("calibrate: no samples files")
 	}
 	// The model's files, checked unchanged before the output is committed.
 	stamps, err := infile.StampFolder(j.Model)
@@ -43,39 +46,17 @@ func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("calibrate needs the model's tokenizer: %w", err)
 	}
-	tokUnk := tok.UnkID()
-	var texts []Text
-	for _, f := range j.Files {
-		t, err := ReadSamples(f)
-		if err != nil {
-			return nil, 0, err
-		}
-		texts = append(texts, t...)
-	}
-	texts = Select(texts, j.MaxSamples, j.Seed)
 	m, err := forward.Open(j.Model, forward.Options{CachedLayers: 1}) // each layer is used once
 	if err != nil {
 		return nil, 0, err
 	}
 	defer m.Close()
-	chunks, _, err := Tokenize(tok, texts, j.SeqLen, m.Cfg.VocabSize)
+	src := Source{Files: j.Files, Tok: tok, Vocab: m.Cfg.VocabSize, MinTokens: max(j.MinTokens, 1), MinFlag: "--min-tokens", Log: j.Log}
+	text, err := src.Take(&All{MaxSamples: j.MaxSamples, Seed: j.Seed, SeqLen: j.SeqLen})
 	if err != nil {
 		return nil, 0, err
 	}
-	total := 0
-	for _, c := range chunks {
-		total += len(c.IDs)
-	}
-	if total < j.MinTokens {
-		return nil, 0, fmt.Errorf("the samples (%d) give %d tokens, fewer than the %d needed (--min-tokens): add samples", len(texts), total, j.MinTokens)
-	}
-	warn, err := CheckVariety(chunks, tokUnk, m.Cfg.VocabSize)
-	if err != nil {
-		return nil, 0, err
-	}
-	if warn != "" {
-		fmt.Fprintln(j.Log, "sparkconv: warning:", warn)
-	}
+	texts, chunks, total := text.Texts, text.Chunks, text.Tokens
 	d, err := outdir.Create(j.Out, j.Force, append([]string{j.Model}, j.Files...)...)
 	if err != nil {
 		return nil, 0, err

@@ -25,20 +25,20 @@ func ReadSummary(dir string) (*Summary, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if s.Format != Format || s.Version != Version {
-		return nil, fmt.Errorf("%s: format %q version %d, want %q version %d", path, s.Format, s.Version, Format, Version)
+	if s.Format != SummaryFormat || s.Version != SummaryVersion {
+		return nil, fmt.Errorf("%s: format %q version %d, want %q version %d", path, s.Format, s.Version, SummaryFormat, SummaryVersion)
 	}
 	return &s, nil
 }
 
 var layerModuleRE = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
 
-// InputOf maps a linear module to the statistics of its input: module is
+// StatsOf maps a linear module to the statistics of its input: module is
 // "model.layers.{i}.{spark module}" (q_k_v_proj, g_proj, o_proj, gate_proj,
 // up_proj, down_proj) or "lm_head" (the head, tied or not). It returns the
 // tensor name prefix and the file holding it. Modules that read the same
 // activation share it: g_proj reads q_k_v_proj's input, up_proj gate_proj's.
-func InputOf(module string) (prefix, file string, err error) {
+func StatsOf(module string) (prefix, file string, err error) {
 	if module == HeadModule {
 		return HeadModule + ".input", HeadFile, nil
 	}
@@ -60,11 +60,11 @@ func InputOf(module string) (prefix, file string, err error) {
 	return "", "", fmt.Errorf("module %q: %q is not a linear of a layer", module, m[2])
 }
 
-// ReadHessian returns the Hessian sum X^T X of module's input (see InputOf)
+// ReadHessian returns the Hessian sum X^T X of module's input (see StatsOf)
 // as float64, row-major [n, n], with n and the number of tokens summed.
 // GPTQ's H is 2/tokens times it.
 func ReadHessian(dir, module string) (h []float64, n int, tokens int64, err error) {
-	prefix, file, err := InputOf(module)
+	prefix, file, err := StatsOf(module)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -97,7 +97,7 @@ func ReadHessian(dir, module string) (h []float64, n int, tokens int64, err erro
 // ReadChannels returns one per-channel statistic of module's input:
 // SuffixAbsMax, SuffixMin, SuffixMax or SuffixMeanSq.
 func ReadChannels(dir, module, suffix string) ([]float32, error) {
-	prefix, file, err := InputOf(module)
+	prefix, file, err := StatsOf(module)
 	if err != nil {
 		return nil, err
 	}

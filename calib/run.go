@@ -17,10 +17,10 @@ import (
 
 // File names in the output folder.
 const (
-	SummaryFile = "summary.json"
-	HeadFile    = "head.safetensors"
-	Format      = "sparkconv-calibration"
-	Version     = 1
+	SummaryFile    = "summary.json"
+	HeadFile       = "head.safetensors"
+	SummaryFormat  = "sparkconv-calibration" // summary.json's "format", the files' metadata
+	SummaryVersion = 1
 )
 
 // LayerFile is the statistics file of layer i: layer_00.safetensors, ...
@@ -216,7 +216,7 @@ func (lr *layerRun) head(s *Summary) error {
 }
 
 func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Summary {
-	s := &Summary{Format: Format, Version: Version, SeqLen: opt.SeqLen, MaxSamples: opt.MaxSamples, Seed: opt.Seed, Kernels: kernels.Family(), Chunks: len(chunks)}
+	s := &Summary{Format: SummaryFormat, Version: SummaryVersion, SeqLen: opt.SeqLen, MaxSamples: opt.MaxSamples, Seed: opt.Seed, Kernels: kernels.Family(), Chunks: len(chunks)}
 	s.Model = ModelInfo{ModelType: c.ModelType, Layers: c.NumLayers, Hidden: c.HiddenSize, Intermediate: c.IntermediateSize,
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize, SlidingWindow: c.SlidingWindow, Tied: c.TieWordEmbeddings}
 	for _, t := range c.LayerTypes {
@@ -236,7 +236,7 @@ func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Sum
 
 // writeTensors writes one safetensors file dir/name.
 func writeTensors(dir, name string, ts []safetensors.Tensor) error {
-	opt := safetensors.WriteOptions{Metadata: map[string]string{"format": Format}}
+	opt := safetensors.WriteOptions{Metadata: map[string]string{"format": SummaryFormat}}
 	if err := safetensors.WriteNew(filepath.Join(dir, name), ts, opt); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"path/filepath"
-	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -237,48 +235,12 @@ func parseJSONL(lr *lineReader, name string, limit int, visit func(Text) error) 
 	return nil
 }
 
-// Select keeps at most max samples (0 = all): a random subset drawn with
-// seed when there are more, in their original order.
-func Select(texts []Text, max int, seed uint64) []Text {
-	if max <= 0 || max >= len(texts) {
-		return texts
-	}
-	perm := rand.New(rand.NewPCG(seed, 0x63616c6962)).Perm(len(texts))[:max]
-	sort.Ints(perm)
-	out := make([]Text, max)
-	for k, i := range perm {
-		out[k] = texts[i]
-	}
-	return out
-}
-
 // Chunk is a run of at most seq-len tokens of one sample; each chunk is its
 // own sequence (positions from 0).
 type Chunk struct {
 	Sample int   // index into the selected texts
 	Start  int   // offset of the first token in the sample's tokens
 	IDs    []int //
-}
-
-// Tokenize encodes every sample (with the tokenizer's special tokens, as
-// transformers' tokenizer(text) does) and cuts each into chunks of at most
-// seqLen tokens, keeping every token. It fails on a sample that gives no
-// tokens or an id outside the model's vocabulary, naming the sample.
-func Tokenize(tok *tokenizer.Tokenizer, texts []Text, seqLen, vocab int) ([]Chunk, []int, error) {
-	if seqLen < 1 {
-		return nil, nil, fmt.Errorf("sequence length %d, must be >= 1", seqLen)
-	}
-	var chunks []Chunk
-	counts := make([]int, len(texts))
-	for s, t := range texts {
-		ids, err := encode(tok, t, vocab)
-		if err != nil {
-			return nil, nil, err
-		}
-		counts[s] = len(ids)
-		chunks = appendChunks(chunks, s, ids, seqLen)
-	}
-	return chunks, counts, nil
 }
 
 // encode is one sample's tokens (with the tokenizer's special tokens); a

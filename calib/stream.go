@@ -13,12 +13,12 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// The calibrating commands take from their samples only a token budget:
-// the first tokens (rotate --smooth-down, qnn-bundle), chunks spread over
-// the samples (keep-float), a share of every sample (GPTQ). The readers
-// below apply the budget while reading: samples are streamed, checked and
-// dropped, and only the tokens the budget can still use are kept, so
-// memory follows the budget, never the size of the text.
+// The calibrating commands take from their samples only what their Rule
+// keeps (Source.Take): the first tokens (rotate --smooth-down, qnn-bundle),
+// chunks spread over the samples (keep-float), a share of every sample
+// (GPTQ), every sample (calibrate). The readers below stream the samples:
+// each is checked, offered and dropped, so memory follows what the rule
+// keeps, never the size of the text.
 
 // Builtin is a text built into sparkconv, read when no samples file is
 // given.
@@ -104,38 +104,4 @@ func TokenizeEach(tok *tokenizer.Tokenizer, files []string, def Builtin, vocab i
 		more, err = keep(i, ids)
 		return err
 	})
-}
-
-// PrefixChunks is the first n tokens of the samples (each sample encoded
-// with the tokenizer's special tokens, cut into chunks of at most seqLen
-// tokens, the last chunk cut short), read with TokenizeEach: the samples
-// after the n-th token are checked, not encoded. It returns the chunks and
-// their token count.
-func PrefixChunks(tok *tokenizer.Tokenizer, files []string, def Builtin, n, seqLen, vocab int) ([]Chunk, int, Read, error) {
-	var chunks []Chunk
-	taken := 0
-	r, err := TokenizeEach(tok, files, def, vocab, func(i int, ids []int) (bool, error) {
-		ids = ids[:min(len(ids), n-taken)]
-		chunks = appendChunks(chunks, i, ids, seqLen)
-		taken += len(ids)
-		return taken < n, nil
-	})
-	if err != nil {
-		return nil, 0, Read{}, err
-	}
-	return chunks, taken, r, nil
-}
-
-// StreamPrefix is the samples' tokens concatenated in order, at most n
-// of them (Stream's tokens, read with PrefixChunks).
-func StreamPrefix(tok *tokenizer.Tokenizer, files []string, def Builtin, n, vocab int) ([]int, Read, error) {
-	chunks, taken, r, err := PrefixChunks(tok, files, def, n, max(n, 1), vocab)
-	if err != nil {
-		return nil, Read{}, err
-	}
-	ids := make([]int, 0, taken)
-	for _, c := range chunks {
-		ids = append(ids, c.IDs...)
-	}
-	return ids, r, nil
 }

@@ -11,12 +11,12 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// TestPrefixChunksStreamed: PrefixChunks gives exactly the first n tokens
+// TestPrefixStreamed: Prefix gives exactly the first n tokens
 // of Tokenize's chunks of the whole text (the last cut short), the
 // sources, the sha256 of the bytes and the sample count; samples after the
 // budget are checked but not encoded (an id outside the vocabulary there
 // passes, one before it does not).
-func TestPrefixChunksStreamed(t *testing.T) {
+func TestPrefixStreamed(t *testing.T) {
 	dir := tinyModel(t)
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
@@ -41,7 +41,11 @@ func TestPrefixChunksStreamed(t *testing.T) {
 			want = append(want, ch)
 			taken += len(ch.IDs)
 		}
-		got, n, rd, err := PrefixChunks(tok, nil, CalibText, c.n, c.seqLen, 512)
+		tk, err := Source{Default: CalibText, Tok: tok, Vocab: 512}.read(&Prefix{Tokens: c.n, SeqLen: c.seqLen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, n, rd := tk.Chunks, tk.Tokens, tk.Read
 		if err != nil || n != taken || len(got) != len(want) || rd.Samples != len(texts) || rd.Sources[0] != corpus.CalibName || len(rd.SHA256) != 64 {
 			t.Fatalf("n %d: %d chunks, %d tokens, %+v, %v; want %d, %d, %d samples", c.n, len(got), n, rd, err, len(want), taken, len(texts))
 		}
@@ -62,10 +66,11 @@ func TestPrefixChunksStreamed(t *testing.T) {
 	if slices.Max(second) < vocab {
 		t.Fatalf("the second sample's ids %v fit the first's vocabulary %d", second, vocab)
 	}
-	if _, n, rd, err := PrefixChunks(tok, []string{p}, CalibText, len(first), 8, vocab); err != nil || n != len(first) || rd.Samples != 2 || rd.Sources[0] != p {
-		t.Fatalf("%d tokens, %+v, %v", n, rd, err)
+	src := Source{Files: []string{p}, Tok: tok, Vocab: vocab}
+	if tk, err := src.read(&Prefix{Tokens: len(first), SeqLen: 8}); err != nil || tk.Tokens != len(first) || tk.Read.Samples != 2 || tk.Read.Sources[0] != p {
+		t.Fatalf("%+v, %v", tk, err)
 	}
-	if _, _, _, err := PrefixChunks(tok, []string{p}, CalibText, 1000, 8, vocab); err == nil || !strings.Contains(err.Error(), "sample 2 (line 3)") {
+	if _, err := src.read(&Prefix{Tokens: 1000, SeqLen: 8}); err == nil || !strings.Contains(err.Error(), "sample 2 (line 3)") {
 		t.Errorf("an id outside the vocabulary inside the budget: %v", err)
 	}
 }

@@ -60,7 +60,7 @@ func (f GPTQ) chooser() CodeChooser {
 	if f.Chooser != nil {
 		return f.Chooser
 	}
-	return RTN{Grid: GridSym4, Search: !f.NoSearch}
+	return RTN{Kind: GridSym4, Search: !f.NoSearch}
 }
 
 // Rounds reports whether the codes are rounded to nearest (no Chooser).

@@ -19,7 +19,7 @@ func BenchmarkGPTQLinear(b *testing.B) {
 		t := Target{Source: "w", Module: "w", N: sh.n, K: sh.k}
 		for _, search := range []bool{true, false} {
 			spec := Int4Spec{Target: t, Grid: GridSpec{Kind: GridSym4, Group: 128, DType: quant.ScaleF16, Search: search},
-				Chooser: RTN{Grid: GridSym4, Search: search}, Parts: GPTQParts(t, 128)}
+				Chooser: RTN{Kind: GridSym4, Search: search}, Parts: GPTQParts(t, 128)}
 			b.Run(fmt.Sprintf("%dx%d/search=%v", sh.n, sh.k, search), func(b *testing.B) {
 				benchEncodeInt4(b, spec, m)
 			})

@@ -284,7 +284,7 @@ func TestGPTQDeterministic(t *testing.T) {
 		name  string
 		shard int64
 	}{{"sharded", 64 << 10}, {"single", 0}} {
-		c := rechoose{RTN: RTN{Grid: GridSym4, Search: true}, calls: map[string]int{}}
+		c := rechoose{RTN: RTN{Kind: GridSym4, Search: true}, calls: map[string]int{}}
 		o.Out, o.MaxShardSize, f.Chooser = filepath.Join(dir, v.name), v.shard, c
 		runConvert(t, o, f)
 		got := tensorBytes(t, o.Out)

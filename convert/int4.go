@@ -34,13 +34,14 @@ import (
 	"sparkconv/spark"
 )
 
-// Grid is a quantization grid of package quant.
-type Grid int
+// GridKind is a quantization grid of package quant (GridSpec adds its
+// group, parameter dtype and search).
+type GridKind int
 
 // The grids of the output formats.
 const (
 	// GridSym4 is GPTQ's symmetric grid: w = (q - 8) * scale.
-	GridSym4 Grid = iota
+	GridSym4 GridKind = iota
 	// GridAsym4 is tinygemm's grid with a float zero: w = (q - 8) * scale + zero.
 	GridAsym4
 	// GridInt8 is compressed-tensors' per-channel symmetric int8 grid:
@@ -48,7 +49,7 @@ const (
 	GridInt8
 )
 
-func (g Grid) String() string {
+func (g GridKind) String() string {
 	switch g {
 	case GridSym4:
 		return "int4 symmetric"
@@ -60,7 +61,7 @@ func (g Grid) String() string {
 
 // quantize chooses round-to-nearest codes for m, parameters from the plain
 // rule (absmax / min-max) or the MSE search.
-func (g Grid) quantize(dst *quant.Int4Result, m quant.Matrix, group int, dt quant.ScaleDType, search bool) error {
+func (g GridKind) quantize(dst *quant.Int4Result, m quant.Matrix, group int, dt quant.ScaleDType, search bool) error {
 	if g == GridSym4 {
 		return quant.QuantizeSym4(dst, m, group, dt, search)
 	}
@@ -68,7 +69,7 @@ func (g Grid) quantize(dst *quant.Int4Result, m quant.Matrix, group int, dt quan
 }
 
 // recode writes into dst.Codes the nearest codes of m for dst's parameters.
-func (g Grid) recode(dst *quant.Int4Result, m quant.Matrix) {
+func (g GridKind) recode(dst *quant.Int4Result, m quant.Matrix) {
 	gpr := m.K / dst.Group
 	dst.Codes = slices.Grow(dst.Codes[:0], m.N*m.K)[:m.N*m.K]
 	kernels.Parallel(m.N, func(lo, hi int) {
@@ -95,7 +96,7 @@ const plainBlock = 1 << 20
 // absmax for GridSym4, torchao min/max for GridAsym4): the baseline the
 // report shows beside the chosen codes. It works through blocks of rows so
 // that it holds no full-size code buffer.
-func (g Grid) PlainStats(m quant.Matrix, group int, dt quant.ScaleDType) (quant.ErrStats, error) {
+func (g GridKind) PlainStats(m quant.Matrix, group int, dt quant.ScaleDType) (quant.ErrStats, error) {
 	rows := max(1, plainBlock/m.K)
 	var total quant.ErrStats
 	var r quant.Int4Result
@@ -132,10 +133,10 @@ type CodeChooser interface {
 	Recode(dst *quant.Int4Result, m quant.Matrix) bool
 }
 
-// RTN rounds to the nearest point of Grid, with group parameters from the
+// RTN rounds to the nearest point of the grid Kind, with group parameters from the
 // MSE search over shrunk ranges (Search) or from the plain rule.
 type RTN struct {
-	Grid   Grid
+	Kind   GridKind
 	Search bool
 }
 
@@ -144,7 +145,7 @@ func (c RTN) Method() string {
 	switch {
 	case c.Search:
 		return "rtn-mse-search"
-	case c.Grid == GridSym4:
+	case c.Kind == GridSym4:
 		return "rtn-absmax"
 	}
 	return "rtn-minmax"
@@ -152,12 +153,12 @@ func (c RTN) Method() string {
 
 // Choose quantizes m with package quant's grid routines.
 func (c RTN) Choose(dst *quant.Int4Result, _ Target, m quant.Matrix, group int, dt quant.ScaleDType) error {
-	return c.Grid.quantize(dst, m, group, dt, c.Search)
+	return c.Kind.quantize(dst, m, group, dt, c.Search)
 }
 
 // Recode recomputes the nearest codes for dst's parameters.
 func (c RTN) Recode(dst *quant.Int4Result, m quant.Matrix) bool {
-	c.Grid.recode(dst, m)
+	c.Kind.recode(dst, m)
 	return true
 }
 
@@ -371,7 +372,7 @@ func (l *int4Linear) restore(r *quant.Int4Result) bool {
 func (l *int4Linear) report(r *quant.Int4Result, m quant.Matrix) error {
 	plain := r.Stats
 	g := l.spec.Grid
-	if c, ok := l.spec.Chooser.(RTN); !ok || c.Search || c.Grid != g.Kind {
+	if c, ok := l.spec.Chooser.(RTN); !ok || c.Search || c.Kind != g.Kind {
 		var err error
 		if plain, err = g.Kind.PlainStats(m, g.Group, g.DType); err != nil {
 			return err

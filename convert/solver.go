@@ -22,7 +22,7 @@ import (
 // the dtype its parameters are stored in, and whether group parameters
 // come from the MSE search or the plain rule.
 type GridSpec struct {
-	Kind   Grid
+	Kind   GridKind
 	Group  int
 	DType  quant.ScaleDType
 	Search bool

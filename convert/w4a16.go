@@ -62,7 +62,7 @@ func (f W4A16) chooser() CodeChooser {
 	if f.Chooser != nil {
 		return f.Chooser
 	}
-	return RTN{Grid: GridAsym4, Search: !f.NoSearch}
+	return RTN{Kind: GridAsym4, Search: !f.NoSearch}
 }
 
 // Check refuses a model whose quantized linears the tinygemm kernel cannot

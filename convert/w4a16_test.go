@@ -389,7 +389,7 @@ func TestPlainStatsBlocks(t *testing.T) {
 		w[i] = float32(rng.NormFloat64() * 0.02)
 	}
 	m := quant.F32Matrix(n, k, w)
-	for _, g := range []Grid{GridSym4, GridAsym4} {
+	for _, g := range []GridKind{GridSym4, GridAsym4} {
 		got, err := g.PlainStats(m, 128, quant.ScaleBF16)
 		if err != nil {
 			t.Fatal(err)
@@ -411,7 +411,7 @@ func TestW4A16Rechoose(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	runConvert(t, Options{Model: in, Out: a}, W4A16{Group: 128, QuantHead: true})
-	c := rechoose{RTN: RTN{Grid: GridAsym4, Search: true}, calls: map[string]int{}}
+	c := rechoose{RTN: RTN{Kind: GridAsym4, Search: true}, calls: map[string]int{}}
 	runConvert(t, Options{Model: in, Out: b}, W4A16{Group: 128, QuantHead: true, Chooser: c})
 	if !reflect.DeepEqual(tensorBytes(t, a), tensorBytes(t, b)) {
 		t.Error("output differs with a chooser that cannot recode")
@@ -435,7 +435,7 @@ func BenchmarkW4A16Linear(b *testing.B) {
 		for _, pack := range []string{"portable", "avx512"} {
 			for _, search := range []bool{true, false} {
 				spec := Int4Spec{Target: tg, Grid: GridSpec{Kind: GridAsym4, Group: 128, DType: quant.ScaleBF16, Search: search},
-					Chooser: RTN{Grid: GridAsym4, Search: search}, Parts: W4A16Parts(tg, 128, quant.ScaleBF16, pack)}
+					Chooser: RTN{Kind: GridAsym4, Search: search}, Parts: W4A16Parts(tg, 128, quant.ScaleBF16, pack)}
 				b.Run(fmt.Sprintf("%dx%d/%s/search=%v", sh.n, sh.k, pack, search), func(b *testing.B) {
 					benchEncodeInt4(b, spec, m)
 				})

@@ -236,26 +236,21 @@ func (r *run) prepare() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(r.j.Opt.Model, "tokenizer.json"), err)
 	}
-	unk := tok.UnkID()
-	chunks, rd, err := ReadChunks(tok, c.Files, cfg.VocabSize, c.Budget, c.SeqLen)
+	src := calib.Source{Files: c.Files, Default: calib.CalibText, Tok: tok, Vocab: cfg.VocabSize, Log: c.Log,
+		Also: func(tokens int) (string, error) {
+			if tokens < c.Budget && !c.QuietShortText {
+				return fmt.Sprintf("the calibration text gives %d tokens, fewer than the budget of %d (--tokens): all of them are used; add samples for more", tokens, c.Budget), nil
+			}
+			return "", nil
+		}}
+	text, err := src.Take(&calib.Share{Budget: c.Budget, SeqLen: c.SeqLen})
 	if err != nil {
 		return err
 	}
-	warn, err := calib.CheckTokens(chunks, unk, cfg.VocabSize)
-	if err != nil {
-		return err
-	}
-	if warn != "" {
-		fmt.Fprintln(c.Log, "sparkconv: warning:", warn)
-	}
+	chunks, rd, tokens := text.Chunks, text.Read, int64(text.Tokens)
 	samples := map[int]bool{}
-	var tokens int64
 	for _, ch := range chunks {
 		samples[ch.Sample] = true
-		tokens += int64(len(ch.IDs))
-	}
-	if tokens < int64(c.Budget) && !c.QuietShortText {
-		fmt.Fprintf(c.Log, "sparkconv: warning: the calibration text gives %d tokens, fewer than the budget of %d (--tokens): all of them are used; add samples for more\n", tokens, c.Budget)
 	}
 	r.cal = &convert.Calibration{Method: "gptq", Sources: rd.Sources, SHA256: rd.SHA256, Samples: len(samples), Tokens: tokens,
 		TokenBudget: c.Budget, SeqLen: c.SeqLen, DampPercent: c.Damp, BlockSize: BlockSize, ActOrder: c.ActOrder,

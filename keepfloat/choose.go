@@ -136,13 +136,9 @@ func cmpFloat(a, b float64) int {
 
 // text reads the calibration text: one chunk of ChunkLen tokens from the
 // start of each of Tokens/ChunkLen samples spread evenly over the text.
-// The samples are streamed twice: once to count them (the stride), then to
-// encode only the chosen ones.
+// (calib.Spread: the samples are streamed twice, once to count them for
+// the stride, then to encode only the chosen ones).
 func text(sm *spark.Model, dir string, o Options) ([]calib.Chunk, []string, string, error) {
-	counted, err := calib.EachSample(o.Files, calib.CalibText, func(calib.Text) error { return nil })
-	if err != nil {
-		return nil, nil, "", err
-	}
 	tokPath := filepath.Join(dir, "tokenizer.json")
 	tokJSON, err := infile.ReadFile(tokPath, infile.TokenizerMax)
 	if err != nil {
@@ -152,64 +148,12 @@ func text(sm *spark.Model, dir string, o Options) ([]calib.Chunk, []string, stri
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("%s: %w", tokPath, err)
 	}
-	sp := newSpreader(counted.Samples, o.Tokens)
-	rd, err := calib.TokenizeEach(tok, o.Files, calib.CalibText, sm.Config.VocabSize, func(i int, ids []int) (bool, error) {
-		sp.offer(calib.Chunk{Sample: i, IDs: slices.Clone(ids[:min(len(ids), ChunkLen)])})
-		return sp.more(), nil
-	})
+	src := calib.Source{Files: o.Files, Default: calib.CalibText, Tok: tok, Vocab: sm.Config.VocabSize, Log: o.Log}
+	t, err := src.Take(&calib.Spread{Tokens: o.Tokens, ChunkLen: ChunkLen})
 	if err != nil {
 		return nil, nil, "", err
 	}
-	if rd.SHA256 != counted.SHA256 {
-		return nil, nil, "", fmt.Errorf("%s: changed while sparkconv was reading it; nothing written, run again", strings.Join(rd.Sources, ", "))
-	}
-	if _, err := calib.CheckTokens(sp.out, tok.UnkID(), sm.Config.VocabSize); err != nil {
-		return nil, nil, "", err
-	}
-	return sp.out, rd.Sources, rd.SHA256, nil
-}
-
-// spread takes chunks at an even stride over firsts until tokens tokens.
-func spread(firsts []calib.Chunk, tokens int) []calib.Chunk {
-	sp := newSpreader(len(firsts), tokens)
-	for _, c := range firsts {
-		if !sp.more() {
-			break
-		}
-		sp.offer(c)
-	}
-	return sp.out
-}
-
-// spreader picks, of samples offered in order, those at an even stride
-// (the first chunk of each) until tokens tokens.
-type spreader struct {
-	samples, tokens, n int
-	stride, next       float64
-	offered            int
-	out                []calib.Chunk
-}
-
-func newSpreader(samples, tokens int) *spreader {
-	want := max(1, (tokens+ChunkLen-1)/ChunkLen)
-	return &spreader{samples: samples, tokens: tokens, stride: max(1, float64(samples)/float64(want))}
-}
-
-// more reports whether a later sample may still be picked.
-func (s *spreader) more() bool { return int(s.next) < s.samples && s.n < s.tokens }
-
-// offer gives the next sample's first chunk; it is kept (cut at the
-// budget) when the stride lands on it.
-func (s *spreader) offer(c calib.Chunk) {
-	i := s.offered
-	s.offered++
-	if i != int(s.next) || !s.more() {
-		return
-	}
-	c.IDs = c.IDs[:min(len(c.IDs), s.tokens-s.n)]
-	s.out = append(s.out, c)
-	s.n += len(c.IDs)
-	s.next += s.stride
+	return t.Chunks, t.Read.Sources, t.Read.SHA256, nil
 }
 
 // run is one measurement: the float model's layer inputs and reference

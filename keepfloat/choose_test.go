@@ -123,29 +123,6 @@ func TestMeanKLD(t *testing.T) {
 	}
 }
 
-// TestSpread: chunks are taken at an even stride over the samples and cut
-// at the token budget.
-func TestSpread(t *testing.T) {
-	var firsts []calib.Chunk
-	for i := range 8 {
-		firsts = append(firsts, calib.Chunk{Sample: i, IDs: make([]int, ChunkLen)})
-	}
-	for _, c := range []struct {
-		tokens  int
-		samples []int
-		last    int
-	}{{ChunkLen, []int{0}, ChunkLen}, {2 * ChunkLen, []int{0, 4}, ChunkLen}, {2*ChunkLen + 88, []int{0, 2, 5}, 88}, {64 * ChunkLen, []int{0, 1, 2, 3, 4, 5, 6, 7}, ChunkLen}} {
-		got := spread(firsts, c.tokens)
-		var s []int
-		for _, ch := range got {
-			s = append(s, ch.Sample)
-		}
-		if !slices.Equal(s, c.samples) || len(got[len(got)-1].IDs) != c.last {
-			t.Errorf("spread(%d) = samples %v, last %d tokens; want %v, %d", c.tokens, s, len(got[len(got)-1].IDs), c.samples, c.last)
-		}
-	}
-}
-
 // newRun is a measurement's state on sm.
 func newRun(t *testing.T, sm *spark.Model, f rule, chunks []calib.Chunk) *run {
 	t.Helper()

@@ -98,7 +98,7 @@ func tinyPrefillBundles(t *testing.T) (export string, man *onnxgraph.Manifest, b
 		for _, f := range set {
 			f(&o)
 		}
-		b, err := Build(context.Background(), o)
+		b, err := Run(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 // Package qnnbundle builds the calibrated QNN bundle of an ONNX export
 // (docs/qnn.md#the-bundle), the input AI Hub quantizes for a phone NPU:
-// Build reads the calibration text (calib), traces it through the reference
+// Run reads the calibration text (calib), traces it through the reference
 // forward in decode mode exactly as a runtime feeds each graph (NewTrace,
 // onnxgraph's host loop), observes the ranges each graph's tensors take
 // when onnxeval runs it position by position, and writes per graph the

@@ -242,7 +242,7 @@ func TestBuildHeldOutSequences(t *testing.T) {
 	os.WriteFile(a, []byte(parts[0]+"\n---\n"+parts[1]), 0o644)
 	os.WriteFile(b, []byte(`{"text": "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}"}`+"\n"), 0o644)
 	out := filepath.Join(dir, "qnn")
-	bu, err := Build(context.Background(), Options{Model: model, Export: export, Out: out, Precision: qnn.Precisions[0],
+	bu, err := Run(context.Background(), Options{Model: model, Export: export, Out: out, Precision: qnn.Precisions[0],
 		Positions: 3, Observe: 16, HeldOut: 12, HeldOutPositions: 6, HeldOutSamples: []string{a, b}, MaskClip: qnn.MaskClip, Headroom: qnn.Headroom, Threads: 1, Force: true})
 	if err != nil {
 		t.Fatal(err)

@@ -80,13 +80,13 @@ const (
 // written, the returned Bundle says why (Bundle.Refusal).
 var ErrRefused = errors.New("qnn-bundle: refused")
 
-// Build traces the calibration text through the reference forward,
+// Run traces the calibration text through the reference forward,
 // calibrates and writes every graph of the export, simulates each QDQ graph
 // in ONNX Runtime on the held-out sequences and writes bundle.json, all
 // into Out at once. A bundle with a layer whose worst held-out sequence
 // simulates below BarDB is refused (ErrRefused, with the Bundle that would
 // have been written) unless Force.
-func Build(ctx context.Context, o Options) (*Bundle, error) {
+func Run(ctx context.Context, o Options) (*Bundle, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -117,8 +117,7 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("qnn-bundle needs the model's tokenizer: %w", err)
 	}
-	unk := tok.UnkID()
-	b, ids, err := o.text(tok, unk, ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow)
+	b, ids, err := o.text(tok, ref.Cfg.VocabSize, man.Context, ref.Cfg.SlidingWindow)
 	if err != nil {
 		return nil, err
 	}
@@ -219,26 +218,22 @@ func Build(ctx context.Context, o Options) (*Bundle, error) {
 // tokens), applies the rules on it (qnnbundle's on its length, calib's on
 // degenerate text, every problem at once, warnings to Log), and starts the
 // bundle's record of it.
-func (o Options) text(tok *tokenizer.Tokenizer, unk, vocab, context, window int) (*Bundle, []int, error) {
+func (o Options) text(tok *tokenizer.Tokenizer, vocab, context, window int) (*Bundle, []int, error) {
 	var files []string
 	if o.Samples != "" {
 		files = []string{o.Samples}
 	}
-	ids, rd, err := calib.StreamPrefix(tok, files, calib.CalibText, context, vocab)
+	src := calib.Source{Files: files, Default: calib.CalibText, Tok: tok, Vocab: vocab, Log: o.Log, MinTokens: -1,
+		Also: func(tokens int) (string, error) { return CheckTextLength(tokens, context, window, o.AllowShort) }}
+	text, err := src.Take(&calib.Prefix{Tokens: context, SeqLen: max(context, 1)})
 	if err != nil {
 		return nil, nil, err
 	}
-	source := rd.Sources[0]
-	lenWarn, lenErr := CheckTextLength(len(ids), context, window, o.AllowShort)
-	warn, varErr := calib.CheckVariety([]calib.Chunk{{IDs: ids}}, unk, vocab)
-	if err := errors.Join(lenErr, varErr); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", source, err)
+	var ids []int
+	for _, c := range text.Chunks {
+		ids = append(ids, c.IDs...)
 	}
-	for _, w := range []string{lenWarn, warn} {
-		if w != "" {
-			fmt.Fprintf(o.Log, "sparkconv: warning: %s: %s\n", source, w)
-		}
-	}
+	rd, source := text.Read, text.Source()
 	b := &Bundle{Calibration: BundleCalibration{Source: source, TextSHA256: rd.SHA256, Samples: rd.Samples, Tokens: len(ids)}}
 	return b, ids, nil
 }

@@ -89,19 +89,13 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 	if err != nil {
 		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
 	}
-	unk := tok.UnkID()
 	c := sm.Config
-	chunks, tokens, rd, err := calib.PrefixChunks(tok, o.Files, calib.CalibText, o.Tokens, o.SeqLen, c.VocabSize)
+	src := calib.Source{Files: o.Files, Default: calib.CalibText, Tok: tok, Vocab: c.VocabSize, Log: log}
+	text, err := src.Take(&calib.Prefix{Tokens: o.Tokens, SeqLen: o.SeqLen})
 	if err != nil {
 		return nil, err
 	}
-	warn, err := calib.CheckTokens(chunks, unk, c.VocabSize)
-	if err != nil {
-		return nil, err
-	}
-	if warn != "" {
-		fmt.Fprintln(log, "sparkconv: warning:", warn)
-	}
+	chunks, tokens, rd := text.Chunks, text.Tokens, text.Read
 	m, err := forward.New(sm, forward.Options{CachedLayers: 1})
 	if err != nil {
 		return nil, err

@@ -65,7 +65,7 @@ type Tokenizer struct {
 }
 
 // UnkID is the id of the model's unknown token, -1 when it has none (the
-// share of it in calibration text is a check, calib.CheckTokens).
+// share of it in calibration text is a check, calib.CheckVariety).
 func (t *Tokenizer) UnkID() int { return t.model.unkIndex() }
 
 // Load reads and parses a tokenizer.json file.

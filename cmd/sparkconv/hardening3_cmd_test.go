@@ -501,7 +501,7 @@ func TestContextCaps(t *testing.T) {
 // token budget while reading --samples: 24 MB of text with a budget of 512
 // tokens costs no more memory than the model (the whole text tokenized
 // once cost 13-20 times the text), and selects what the whole text's
-// selection did (the goldens and gptq's TestReadChunksStreamed).
+// selection did (the goldens and calib's TestShareStreamed).
 func TestCalibrationTextBounded(t *testing.T) {
 	m := tinyModel(t)
 	dir := t.TempDir()

@@ -192,7 +192,7 @@ func (f *qnnBundleFlags) run(cmd *cobra.Command) error {
 			warnSameText(cmd, "--held-out-samples", h, []string{o.Samples})
 		}
 	}
-	b, err := qnnbundle.Build(cmd.Context(), o)
+	b, err := qnnbundle.Run(cmd.Context(), o)
 	if errors.Is(err, qnnbundle.ErrRefused) {
 		b.WriteSummary(cmd.ErrOrStderr(), f.Out, time.Since(start), false)
 	}

@@ -10,7 +10,7 @@
 // them. A summary (chunks, samples, tokens) goes to stderr.
 //
 // The chunks come from sparkconv's own code: tokenizer.Parse, then
-// gptq.ReadChunks (the text read, encoded and the budget spread over the
+// calib.Share (the text read, encoded and the budget spread over the
 // samples), the function a conversion calls. run.sh checks the summary
 // against the samples and tokens that sparkconv's own report
 // (sparkconv-report.json) records for the same run.
@@ -70,14 +70,12 @@ func run(model string, samples []string, budget, seqLen int) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	unk := tok.UnkID()
-	chunks, rd, err := gptq.ReadChunks(tok, samples, cfg.VocabSize, budget, seqLen)
+	src := calib.Source{Files: samples, Default: calib.CalibText, Tok: tok, Vocab: cfg.VocabSize, Log: os.Stderr}
+	text, err := src.Take(&calib.Share{Budget: budget, SeqLen: seqLen})
 	if err != nil {
 		return err
 	}
-	if _, err := calib.CheckTokens(chunks, unk, cfg.VocabSize); err != nil {
-		return err
-	}
+	chunks, rd := text.Chunks, text.Read
 	w := bufio.NewWriter(os.Stdout)
 	enc := json.NewEncoder(w)
 	used, tokens := map[int]bool{}, 0
