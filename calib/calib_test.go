@@ -131,7 +131,7 @@ func TestRun(t *testing.T) {
 	m, tok, texts, chunks := setup(t, 3, 64)
 	c := m.Cfg
 	out1, out2 := t.TempDir(), t.TempDir()
-	s, err := Run(m, texts, chunks, out1, Options{SeqLen: 64, MaxSamples: 3, Seed: 11})
+	s, err := Record(m, texts, chunks, out1, RecordOptions{SeqLen: 64, MaxSamples: 3, Seed: 11})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestRun(t *testing.T) {
 		}
 	})
 	t.Run("deterministic", func(t *testing.T) {
-		if _, err := Run(m, texts, chunks, out2, Options{SeqLen: 64, MaxSamples: 3, Seed: 11}); err != nil {
+		if _, err := Record(m, texts, chunks, out2, RecordOptions{SeqLen: 64, MaxSamples: 3, Seed: 11}); err != nil {
 			t.Fatal(err)
 		}
 		files, _ := os.ReadDir(out1)
@@ -313,7 +313,7 @@ func TestRangeOf(t *testing.T) {
 	if _, err := o.rangeMap("layer 0"); err == nil || !strings.Contains(err.Error(), "layer 0: q holds 1 NaN/Inf") {
 		t.Errorf("NaN activations: %v", err)
 	}
-	if _, err := Run(nil, nil, nil, t.TempDir(), Options{}); err == nil {
+	if _, err := Record(nil, nil, nil, t.TempDir(), RecordOptions{}); err == nil {
 		t.Error("Run without chunks succeeded")
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// Job is one calibrate run between folders.
-type Job struct {
+// Options are one calibrate run between folders (Run).
+type Options struct {
 	Model      string   // checkpoint folder (config.json, safetensors, tokenizer.json)
 	Files      []string // samples files (ReadSamples' formats)
 	Out        string   // output folder, written all at once
@@ -26,11 +26,11 @@ type Job struct {
 	Log        io.Writer // warnings; nil: none
 }
 
-// Calibrate takes every sample (or MaxSamples of them) with the model's
+// Run takes every sample (or MaxSamples of them) with the model's
 // tokenizer (Source.Take with All: MinTokens and the variety rule), and runs them through the reference forward
-// into the statistics files of Out (Run). It returns the summary and the
+// into the statistics files of Out (Record). It returns the summary and the
 // number of tokens run.
-func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
+func Run(ctx context.Context, j Options) (*Summary, int, error) {
 	if j.Log == nil {
 		j.Log = io.Discard
 	}
@@ -63,7 +63,7 @@ func Calibrate(ctx context.Context, j Job) (*Summary, int, error) {
 	}
 	defer d.Abort()
 	bar := progress.New(int64((m.Cfg.NumLayers+1)*len(chunks)), "calibrate", false)
-	s, err := Run(m, texts, chunks, d.Path(), Options{
+	s, err := Record(m, texts, chunks, d.Path(), RecordOptions{
 		Ctx: ctx, Bar: bar, SeqLen: j.SeqLen, MaxSamples: j.MaxSamples, Seed: j.Seed,
 	})
 	if err != nil {

@@ -86,8 +86,8 @@ type LayerRanges struct {
 	Ranges map[string]Range `json:"ranges"`
 }
 
-// Options control Run.
-type Options struct {
+// RecordOptions control Record.
+type RecordOptions struct {
 	Ctx        context.Context // cancels between chunks; nil = never
 	Bar        *progress.Bar   // advanced once per chunk and layer; nil = none
 	SeqLen     int             // recorded in the summary
@@ -95,13 +95,13 @@ type Options struct {
 	Seed       uint64          // recorded in the summary
 }
 
-// Run calibrates m on the chunks (from Tokenize over texts) and writes the
+// Record calibrates m on the chunks and writes the
 // statistics files and summary.json into dir, which must exist. It runs
 // the corpus layer by layer: every chunk's residual stream is kept
 // ([tokens, H] float32 in all), and only one layer's float64 accumulators
 // are in memory at a time. Each layer is used once, so m is best opened
 // with forward.Options{CachedLayers: 1}.
-func Run(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt Options) (*Summary, error) {
+func Record(m *forward.Model, texts []Text, chunks []Chunk, dir string, opt RecordOptions) (*Summary, error) {
 	if len(chunks) == 0 {
 		return nil, fmt.Errorf("calibrate: no tokens")
 	}
@@ -215,7 +215,7 @@ func (lr *layerRun) head(s *Summary) error {
 	return writeTensors(lr.dir, HeadFile, a.tensors(&lr.hbuf))
 }
 
-func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt Options) *Summary {
+func newSummary(c *spark.Config, texts []Text, chunks []Chunk, opt RecordOptions) *Summary {
 	s := &Summary{Format: SummaryFormat, Version: SummaryVersion, SeqLen: opt.SeqLen, MaxSamples: opt.MaxSamples, Seed: opt.Seed, Kernels: kernels.Family(), Chunks: len(chunks)}
 	s.Model = ModelInfo{ModelType: c.ModelType, Layers: c.NumLayers, Hidden: c.HiddenSize, Intermediate: c.IntermediateSize,
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize, SlidingWindow: c.SlidingWindow, Tied: c.TieWordEmbeddings}

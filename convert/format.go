@@ -121,17 +121,5 @@ func Convert(ctx context.Context, o Options, f Format, s Solver) (*Report, error
 	if slices.ContainsFunc(b.Targets, func(t Target) bool { return t.Module == "lm_head" }) {
 		set["tie_word_embeddings"] = false // the quantized head is its own tensors
 	}
-	if err := j.WriteTensors(tensors, src); err != nil {
-		return nil, err
-	}
-	if err := j.CopyAux(); err != nil {
-		return nil, err
-	}
-	if err := j.WriteConfig(set); err != nil {
-		return nil, err
-	}
-	if err := j.Commit(); err != nil {
-		return nil, err
-	}
-	return j.Report, nil
+	return j.Finish(tensors, src, set)
 }

@@ -438,3 +438,24 @@ func PeakRSSMB() float64 {
 	}
 	return float64(ru.Maxrss) / 1024
 }
+
+// Finish writes a checkpoint's last four steps, the same for every job:
+// the tensors (WriteTensors, src naming each one's source), the copied
+// tokenizer files (CopyAux), config.json with the keys in set replaced
+// (WriteConfig), and the commit of the whole folder. It returns the
+// report.
+func (j *Job) Finish(tensors []safetensors.Tensor, src map[string]string, set map[string]any) (*Report, error) {
+	if err := j.WriteTensors(tensors, src); err != nil {
+		return nil, err
+	}
+	if err := j.CopyAux(); err != nil {
+		return nil, err
+	}
+	if err := j.WriteConfig(set); err != nil {
+		return nil, err
+	}
+	if err := j.Commit(); err != nil {
+		return nil, err
+	}
+	return j.Report, nil
+}

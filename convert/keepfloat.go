@@ -32,6 +32,19 @@ type KeepFloat struct {
 	Stamps []infile.Stamp
 }
 
+// Keeper is a format that can keep linears in float (gptq, w8a8): WithKeep
+// is the format with keep as its kept set.
+type Keeper interface {
+	Format
+	WithKeep(keep *KeepFloat) Format
+}
+
+// WithKeep is f keeping keep's linears in float.
+func (f GPTQ) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }
+
+// WithKeep is f keeping keep's linears in float.
+func (f W8A8) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }
+
 // KeepUnit is one kept unit: its layer and module names (spark.QKV, ...).
 type KeepUnit struct {
 	Layer   int

@@ -76,7 +76,7 @@ var BaseOwner = safetensors.MetadataOwner("format", baseFormat)
 // WriteBase runs the base over text's windows and greedy prompts and writes
 // out (outdir.File's rules: atomic, an existing file replaced only as out
 // allows).
-func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
+func WriteBase(out *outdir.File, base Model, text *Text, opt Settings) error {
 	windows := text.Windows(opt.Ctx)
 	if windows == 0 {
 		return fmt.Errorf("%s: %d tokens, fewer than one window of --ctx %d", text.Source, len(text.Stream), opt.Ctx)
@@ -148,7 +148,7 @@ func WriteBase(out *outdir.File, base Model, text *Text, opt Options) error {
 type baseWindows struct {
 	m        Model
 	text     *Text
-	opt      Options
+	opt      Settings
 	n        int
 	layers   bool              // window 0 also gives the per-layer residuals
 	lp       map[int][]float32 // computed, not yet written
@@ -241,7 +241,7 @@ func (b *BaseLogits) Layers() ([][]float32, error) {
 
 // OpenBase opens a base log-probs file and checks that it was made for
 // this text, context and vocabulary.
-func OpenBase(path string, text *Text, opt Options, vocab int) (*BaseLogits, error) {
+func OpenBase(path string, text *Text, opt Settings, vocab int) (*BaseLogits, error) {
 	f, err := safetensors.OpenFile(path)
 	if err != nil {
 		return nil, err
@@ -254,7 +254,7 @@ func OpenBase(path string, text *Text, opt Options, vocab int) (*BaseLogits, err
 	return b, nil
 }
 
-func (b *BaseLogits) load(text *Text, opt Options, vocab int) error {
+func (b *BaseLogits) load(text *Text, opt Settings, vocab int) error {
 	md := b.f.Header.Metadata
 	if md["format"] != baseFormat {
 		return fmt.Errorf("not a sparkconv eval base file (metadata format %q, want %q)", md["format"], baseFormat)

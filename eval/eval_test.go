@@ -178,7 +178,7 @@ func TestIdenticalBuild(t *testing.T) {
 	dir := fixturestest.Tiny(t, false)
 	text := tinyText(t, dir)
 	text.Stream = text.Stream[:8*64+10] // 8 windows (and a partial one, dropped)
-	opt := Options{Ctx: 64, Prompts: 4, GenTokens: 8}
+	opt := Settings{Ctx: 64, Prompts: 4, GenTokens: 8}
 	basePath := filepath.Join(t.TempDir(), "base.safetensors")
 	open := func() (Model, func(), error) { m, c := openModel(t, dir); return m, c, nil }
 	b, done, err := EnsureBase(basePath, open, text, opt, 512)

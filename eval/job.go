@@ -18,16 +18,16 @@ import (
 	"sparkconv/tokenizer"
 )
 
-// Job is one evaluation between folders and files (the flags of eval and
+// Options are one evaluation between folders and files (the flags of eval and
 // of the builds' --eval).
-type Job struct {
+type Options struct {
 	Base       string // the original checkpoint folder
 	Build      string // the scored folder, named in the report
 	Samples    string // held-out text file; "" (and no IDs): corpus.HeldOut
 	IDs        string // file of token ids, taken as they are
 	BaseLogits string // the base's log-probs file: computed when absent, reused when present
 	Report     string // HTML report to write; "": none
-	Options
+	Settings
 	// OpenBuild opens what is scored; nil: Build through the reference
 	// forward (convert.OpenForward).
 	OpenBuild func() (Model, func(), error)
@@ -39,8 +39,8 @@ const promptLen = 32
 // Run scores the build against the base on the job's text: the base's
 // log-probs first (EnsureBase), then the build (Evaluate), and the report.
 // inputs are every path the job reads, which neither output may overlap.
-func Run(j Job, inputs ...string) (*Result, error) {
-	if err := j.Options.Check(); err != nil {
+func Run(j Options, inputs ...string) (*Result, error) {
+	if err := j.Settings.Check(); err != nil {
 		return nil, err
 	}
 	cfg, text, err := j.check()
@@ -62,7 +62,7 @@ func Run(j Job, inputs ...string) (*Result, error) {
 	}
 	windows := int64(text.Windows(j.Ctx))
 	bar := progress.New(windows, "eval base", false)
-	opt := j.Options
+	opt := j.Settings
 	if opt.BaseID, err = baseID(j.Base); err != nil {
 		return nil, err
 	}
@@ -104,8 +104,8 @@ func Run(j Job, inputs ...string) (*Result, error) {
 
 // Check reads and checks the job's config and text as Run does, without
 // running anything: what a build's --eval=FILE checks before the build.
-func (j Job) Check() error {
-	if err := j.Options.Check(); err != nil {
+func (j Options) Check() error {
+	if err := j.Settings.Check(); err != nil {
 		return err
 	}
 	_, _, err := j.check()
@@ -113,7 +113,7 @@ func (j Job) Check() error {
 }
 
 // check reads the base's config and the text, which must hold a window.
-func (j Job) check() (*spark.Config, *Text, error) {
+func (j Options) check() (*spark.Config, *Text, error) {
 	cfg, err := spark.LoadConfig(j.Base)
 	if err != nil {
 		return nil, nil, err
@@ -168,7 +168,7 @@ func openForward(dir string) func() (Model, func(), error) {
 }
 
 // text reads the evaluation text the job names.
-func (j Job) text(vocab int) (*Text, error) {
+func (j Options) text(vocab int) (*Text, error) {
 	if j.IDs != "" { // streamed: MaxTokens ids at most are ever held
 		f, _, err := infile.OpenCapped(j.IDs, infile.TextMax)
 		if err != nil {

@@ -26,7 +26,7 @@ func tinyResult(t *testing.T) (*Result, string) {
 	}
 	text := tinyText(t, dir)
 	text.Stream = text.Stream[:4*128]
-	opt := Options{Ctx: 128, Prompts: 3, GenTokens: 8}
+	opt := Settings{Ctx: 128, Prompts: 3, GenTokens: 8}
 	b, done, err := EnsureBase("", func() (Model, func(), error) { m, c := openModel(t, dir); return m, c, nil }, text, opt, 512)
 	if err != nil {
 		t.Fatal(err)

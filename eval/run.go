@@ -11,8 +11,8 @@ import (
 	"sparkconv/outdir"
 )
 
-// Options of an evaluation.
-type Options struct {
+// Settings of an evaluation: its windows and its greedy test.
+type Settings struct {
 	Ctx       int  // window length (512)
 	Prompts   int  // greedy prompts (at most one per sample); 0 skips the test
 	GenTokens int  // greedy tokens generated per prompt (32)
@@ -34,19 +34,19 @@ type Options struct {
 }
 
 // stopped is the context's error once it is cancelled.
-func (o Options) stopped() error {
+func (o Settings) stopped() error {
 	if o.Context == nil {
 		return nil
 	}
 	return o.Context.Err()
 }
 
-// DefaultOptions are llama.cpp's window (512) and a greedy test of 8
+// DefaultSettings are llama.cpp's window (512) and a greedy test of 8
 // prompts continued for 32 tokens.
-var DefaultOptions = Options{Ctx: 512, Prompts: 8, GenTokens: 32}
+var DefaultSettings = Settings{Ctx: 512, Prompts: 8, GenTokens: 32}
 
 // Check refuses option values out of range (usage errors).
-func (o Options) Check() error {
+func (o Settings) Check() error {
 	var errs []error
 	if o.Ctx < 4 {
 		errs = append(errs, fmt.Errorf("--ctx %d: a window needs at least 4 tokens (the second half is scored)", o.Ctx))
@@ -141,7 +141,7 @@ func generateUncached(m Model, prompts [][]int, gen int) ([][]int, error) {
 // argmax after the prompt and the base's first s tokens, which is its own
 // continuation for as long as the two agree; so one sequence per prompt
 // tells where the build's own continuation would first differ.
-func Evaluate(b *BaseLogits, m Model, opt Options) (*Result, error) {
+func Evaluate(b *BaseLogits, m Model, opt Settings) (*Result, error) {
 	if m.Vocab() != b.Vocab {
 		return nil, fmt.Errorf("%s has a vocabulary of %d, the base %d", m.Describe(), m.Vocab(), b.Vocab)
 	}
@@ -290,7 +290,7 @@ func argmax[T float32 | float64](row []T) int {
 // folders the evaluation reads), and Force replaces only a base file
 // sparkconv wrote (BaseOwner). The base model is closed before the build
 // is loaded, so the two are never in memory together.
-func EnsureBase(path string, open func() (Model, func(), error), text *Text, opt Options, vocab int, inputs ...string) (*BaseLogits, func(), error) {
+func EnsureBase(path string, open func() (Model, func(), error), text *Text, opt Settings, vocab int, inputs ...string) (*BaseLogits, func(), error) {
 	cleanup := func() {}
 	var out *outdir.File
 	var err error

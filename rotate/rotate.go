@@ -97,19 +97,7 @@ func Run(ctx context.Context, o Options) (*convert.Report, error) {
 	if c.TieWordEmbeddings {
 		tensors = append(tensors, w.head(spark.EmbedName))
 	}
-	if err := j.WriteTensors(tensors, src); err != nil {
-		return nil, err
-	}
-	if err := j.CopyAux(); err != nil {
-		return nil, err
-	}
-	if err := j.WriteConfig(map[string]any{"tie_word_embeddings": false, ConfigKey: meta}); err != nil {
-		return nil, err
-	}
-	if err := j.Commit(); err != nil {
-		return nil, err
-	}
-	return j.Report, nil
+	return j.Finish(tensors, src, map[string]any{"tie_word_embeddings": false, ConfigKey: meta})
 }
 
 // notRotated refuses a checkpoint whose config.json records a rotation

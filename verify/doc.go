@@ -4,6 +4,6 @@
 // by graph over a token history long enough to wrap every sliding window,
 // after CheckFiles has matched every file with the manifest; it reports per
 // graph SNR and the head's top-k agreement against fixed bars
-// (docs/formats.md#verify). RunModel does it from a checkpoint folder,
+// (docs/formats.md#verify). Run does it from a checkpoint folder,
 // loading ONNX Runtime first.
 package verify

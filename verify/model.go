@@ -9,11 +9,11 @@ import (
 	"sparkconv/spark"
 )
 
-// RunModel loads ONNX Runtime (ortLib, else ortrun.FindORTLib's search),
+// Run loads ONNX Runtime (ortLib, else ortrun.FindORTLib's search),
 // opens the checkpoint folder model as the reference, and runs the export
 // in dirs against it (Run), refusing an export made from another checkpoint
 // (its source fingerprint).
-func RunModel(ctx context.Context, model string, dirs []string, ortLib string, o Options) (*Report, error) {
+func Run(ctx context.Context, model string, dirs []string, ortLib string, o Options) (*Report, error) {
 	lib, err := ortrun.FindORTLib(ortLib)
 	if err != nil {
 		return nil, err
@@ -35,5 +35,5 @@ func RunModel(ctx context.Context, model string, dirs []string, ortLib string, o
 		return nil, err
 	}
 	defer ref.Close()
-	return Run(ctx, ref, dirs, o)
+	return Compare(ctx, ref, dirs, o)
 }

@@ -150,7 +150,7 @@ type verifier struct {
 	prefillIO, pending []string
 }
 
-// Run verifies the export in dirs (one folder, or the folders of a
+// Compare verifies the export in dirs (one folder, or the folders of a
 // --layers matrix that together hold every graph exactly once) in ONNX
 // Runtime against the float32 reference forward of the same checkpoint,
 // step by step over a random token history, and checks the bars. Before
@@ -158,7 +158,7 @@ type verifier struct {
 // manifest's source fingerprint against o.Fingerprint (the --model
 // checkpoint's); either mismatch is an error, not a failed bar. It stops
 // between steps when ctx is done.
-func Run(ctx context.Context, ref *forward.Model, dirs []string, o Options) (*Report, error) {
+func Compare(ctx context.Context, ref *forward.Model, dirs []string, o Options) (*Report, error) {
 	if o.KeyGarbage == 0 {
 		o.KeyGarbage = 50
 	}

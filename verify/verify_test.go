@@ -27,7 +27,7 @@ func verifyExport(t *testing.T, model string, o onnxgraph.ExportOptions, vo Opti
 	}
 	defer ref.Close()
 	vo.Threads = 1
-	rep, err := Run(context.Background(), ref, []string{dir}, vo)
+	rep, err := Compare(context.Background(), ref, []string{dir}, vo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestVerifyTrustsNothing(t *testing.T) {
 	}
 	o := Options{Steps: 12, Seed: 1, Threads: 1, Fingerprint: fp}
 	full := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16})
-	run := func(dirs ...string) (*Report, error) { return Run(context.Background(), ref, dirs, o) }
+	run := func(dirs ...string) (*Report, error) { return Compare(context.Background(), ref, dirs, o) }
 	if rep, err := run(full); err != nil || !rep.Pass {
 		t.Fatalf("clean export: %v %+v", err, rep)
 	}
@@ -125,7 +125,7 @@ func TestVerifyTrustsNothing(t *testing.T) {
 	fp2, _ := onnxgraph.SourceFingerprint(s2)
 	s2.Close()
 	exp1 := exporttest.Export(t, seed1, onnxgraph.ExportOptions{Context: 32})
-	if _, err := Run(context.Background(), openRef(t, seed2), []string{exp1}, Options{Steps: 4, Threads: 1, Fingerprint: fp2}); err == nil || !strings.Contains(err.Error(), "made from another checkpoint") {
+	if _, err := Compare(context.Background(), openRef(t, seed2), []string{exp1}, Options{Steps: 4, Threads: 1, Fingerprint: fp2}); err == nil || !strings.Contains(err.Error(), "made from another checkpoint") {
 		t.Errorf("other checkpoint: %v", err)
 	}
 
@@ -143,7 +143,7 @@ func TestVerifyTrustsNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := Run(ctx, ref, []string{full}, o); !errors.Is(err, context.Canceled) {
+	if _, err := Compare(ctx, ref, []string{full}, o); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -214,7 +214,7 @@ func TestVerifyPrefillShards(t *testing.T) {
 	tied := exporttest.Golden("spark-mini-tied")
 	ref := openRef(t, tied)
 	o := Options{Steps: 4, Seed: 1, Threads: 1, Prompts: []int{3, 9}}
-	run := func(dirs ...string) (*Report, error) { return Run(context.Background(), ref, dirs, o) }
+	run := func(dirs ...string) (*Report, error) { return Compare(context.Background(), ref, dirs, o) }
 	a := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 4, Layers: []int{0, 1, 2, 3}})
 	b := exporttest.Export(t, tied, onnxgraph.ExportOptions{Context: 16, Prefill: 4, Layers: []int{4, 5, 6, 7}})
 	rep, err := run(a, b)
@@ -230,7 +230,7 @@ func TestVerifyPrefillShards(t *testing.T) {
 	if _, err := run(a, other); err == nil || !strings.Contains(err.Error(), "prefill tokens 4 vs 8") {
 		t.Errorf("parts with other prefill sizes: %v", err)
 	}
-	if _, err := Run(context.Background(), ref, []string{a, b}, Options{Steps: 4, Threads: 1, Prompts: []int{13}}); err == nil || !strings.Contains(err.Error(), "prompt of 13 tokens") {
+	if _, err := Compare(context.Background(), ref, []string{a, b}, Options{Steps: 4, Threads: 1, Prompts: []int{13}}); err == nil || !strings.Contains(err.Error(), "prompt of 13 tokens") {
 		t.Errorf("a prompt past the context less the decode steps: %v", err)
 	}
 	f, _ := os.OpenFile(filepath.Join(b, "layer_05.data"), os.O_WRONLY|os.O_APPEND, 0)

@@ -60,7 +60,7 @@ summary (layer-input and KV absmax) goes to stderr; --json prints it on stdout.`
 
 func runCalibrate(cmd *cobra.Command, modelDir string, files []string, out string, force bool, seqLen, maxSamples, minTokens int, seed uint64) error {
 	start := time.Now()
-	s, total, err := calib.Calibrate(cmd.Context(), calib.Job{Model: modelDir, Files: files, Out: out, Force: force,
+	s, total, err := calib.Run(cmd.Context(), calib.Options{Model: modelDir, Files: files, Out: out, Force: force,
 		SeqLen: seqLen, MaxSamples: maxSamples, MinTokens: minTokens, Seed: seed, Log: os.Stderr})
 	if err != nil {
 		return err

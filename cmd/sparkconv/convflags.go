@@ -10,6 +10,7 @@ import (
 
 	"sparkconv/convert"
 	"sparkconv/gptq"
+	"sparkconv/pipeline"
 )
 
 // convertFlags are the flags every checkpoint-writing command shares.
@@ -127,11 +128,11 @@ config.
 --rtn skips calibration (round to nearest only).`
 
 // runCalibrated is the body of gptq, w4a16 and w8a8: the shared prologue
-// (begin), the solver the calibration flags select, the format (format
-// may do its own work first: --keep-float's measurement), convert.Convert,
-// then the fidelity gate and print (finish) of the report and the output
+// (begin), the solver the calibration flags select, the kept set (keep:
+// nil for a format without one), the build (pipeline.Convert: keep-float,
+// convert, the gate), then finish's print of the report and the output
 // folder.
-func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, format func(*convert.Options) (convert.Format, error), print func(r *convert.Report, out string) error) error {
+func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, f convert.Format, keep *keepFlags, print func(r *convert.Report, out string) error) error {
 	opt, err := c.begin(cmd, k.c.Files...)
 	if err != nil {
 		return err
@@ -140,15 +141,17 @@ func (c *convertFlags) runCalibrated(cmd *cobra.Command, k *calibFlags, format f
 	if err != nil {
 		return err
 	}
-	f, err := format(&opt)
+	var kr pipeline.Keep
+	if keep != nil {
+		if kr, err = keep.request(cmd, opt.Model, k.c.Files); err != nil {
+			return err
+		}
+	}
+	res, err := pipeline.Convert(cmd.Context(), opt, f, solver, kr, c.gate.gate())
 	if err != nil {
 		return err
 	}
-	r, err := convert.Convert(cmd.Context(), opt, f, solver)
-	if err != nil {
-		return err
-	}
-	return c.finish(cmd, r, func() error { return print(r, opt.Out) })
+	return c.finish(cmd, res, func() error { return print(res.Report, opt.Out) })
 }
 
 // calibFlags are the calibration flags of gptq, w4a16 and w8a8.

@@ -20,7 +20,7 @@ type evalFlags struct {
 	base, model, samples, ids, baseLogits, report string
 	export, ortLib                                string
 	threads                                       int
-	opt                                           eval.Options
+	opt                                           eval.Settings
 	force                                         bool
 }
 
@@ -130,8 +130,8 @@ func runEval(ctx context.Context, ef *evalFlags) (*eval.Result, error) {
 	if err := checkExportContext(ef); err != nil {
 		return nil, err
 	}
-	j := eval.Job{Base: ef.base, Build: ef.model + ef.export, Samples: ef.samples, IDs: ef.ids,
-		BaseLogits: ef.baseLogits, Report: ef.report, Options: ef.opt}
+	j := eval.Options{Base: ef.base, Build: ef.model + ef.export, Samples: ef.samples, IDs: ef.ids,
+		BaseLogits: ef.baseLogits, Report: ef.report, Settings: ef.opt}
 	if ef.export != "" {
 		j.OpenBuild = func() (eval.Model, func(), error) {
 			e, err := evalort.Open(ef.export, ef.threads, "")

@@ -3,12 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"sparkconv/onnxgraph"
-	"sparkconv/qnn"
+	"sparkconv/pipeline"
 	"sparkconv/spark"
 )
 
@@ -78,25 +77,11 @@ the bytes are identical on every run.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// exportONNXReport is export-onnx's JSON summary.
+// exportONNXReport is export-onnx's JSON summary: the export, and the
+// error that refused it.
 type exportONNXReport struct {
-	Out          string                   `json:"out"`
-	Files        []exportONNXFile         `json:"files"`
-	Bytes        int64                    `json:"bytes"`
-	Seconds      float64                  `json:"seconds"`
-	MBPerSec     float64                  `json:"mb_per_s"`
-	Lint         map[string][]qnn.Finding `json:"lint,omitempty"`
-	LintErrors   int                      `json:"lint_errors"`
-	LintWarnings int                      `json:"lint_warnings"`
-	Error        string                   `json:"error,omitempty"`
-	Manifest     *onnxgraph.Manifest      `json:"-"`
-}
-
-type exportONNXFile struct {
-	File   string `json:"file"`
-	Kind   string `json:"kind"`
-	Bytes  int64  `json:"bytes"`
-	SHA256 string `json:"sha256"`
+	*pipeline.Export
+	Error string `json:"error,omitempty"`
 }
 
 func (f *exportONNXFlags) options(c *spark.Config) (onnxgraph.ExportOptions, error) {
@@ -132,7 +117,6 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 	if f.model == "" || f.out == "" {
 		return usagef("--model and --out are required")
 	}
-	start := time.Now()
 	c, err := spark.LoadConfig(f.model)
 	if err != nil {
 		return err
@@ -141,65 +125,32 @@ func runExportONNX(cmd *cobra.Command, f *exportONNXFlags) error {
 	if err != nil {
 		return err
 	}
-	rep := &exportONNXReport{Out: f.out}
-	man, err := onnxgraph.ExportFolder(cmd.Context(), f.model, f.out, f.force, o, func(dir string, man *onnxgraph.Manifest) error {
-		rep.Manifest = man
-		counted := map[string]bool{} // a weights file shared by two graphs counts once
-		for _, g := range man.AllGraphs() {
-			size := g.Bytes
-			if g.ExternalData != nil && !counted[g.ExternalData.Name] {
-				size += g.ExternalData.Size
-				counted[g.ExternalData.Name] = true
-			}
-			rep.Files = append(rep.Files, exportONNXFile{File: g.File, Kind: g.Kind, Bytes: size, SHA256: g.SHA256})
-			rep.Bytes += size
-		}
-		if f.noLint {
-			return nil
-		}
-		var files []string
-		for _, g := range man.AllGraphs() {
-			files = append(files, g.File)
-		}
-		var err error
-		if rep.Lint, rep.LintErrors, rep.LintWarnings, err = qnn.LintFiles(dir, files); err != nil {
-			return err
-		}
-		if rep.LintErrors > 0 {
-			return errLint
-		}
-		return nil
-	})
-	if errors.Is(err, errLint) {
-		err := fmt.Errorf("export-onnx: the QNN lint found %d errors; nothing written to %s", rep.LintErrors, f.out)
+	ex, err := pipeline.ExportONNX(cmd.Context(), f.model, f.out, f.force, o, !f.noLint)
+	if errors.Is(err, pipeline.ErrLint) {
 		if jsonOut {
-			rep.Error = err.Error()
+			rep := exportONNXReport{Export: ex, Error: err.Error()}
 			if perr := printJSON(rep); perr != nil {
 				return perr
 			}
 			return reported(err)
 		}
-		printLint(cmd, rep)
+		printLint(cmd, ex)
 		return err
 	}
 	if err != nil {
 		return err
 	}
-	rep.Seconds = time.Since(start).Seconds()
-	rep.MBPerSec = float64(rep.Bytes) / 1e6 / rep.Seconds
 	if jsonOut {
-		return printJSON(rep)
+		return printJSON(exportONNXReport{Export: ex})
 	}
-	printLint(cmd, rep)
+	printLint(cmd, ex)
+	man := ex.Manifest
 	fmt.Fprintf(cmd.OutOrStdout(), "export-onnx: wrote %s: %d graphs, %.1f MB in %.1fs (%.0f MB/s); %s, %s, context %d, layout %s, QNN lint: %d errors, %d warnings\n",
-		f.out, len(man.AllGraphs()), float64(rep.Bytes)/1e6, rep.Seconds, rep.MBPerSec, man.DType, man.Granularity, man.Context, man.Layout, rep.LintErrors, rep.LintWarnings)
+		f.out, len(man.AllGraphs()), float64(ex.Bytes)/1e6, ex.Seconds, ex.MBPerSec, man.DType, man.Granularity, man.Context, man.Layout, ex.LintErrors, ex.LintWarnings)
 	return nil
 }
 
-// errLint refuses an export the QNN lint finds errors in.
-var errLint = errors.New("QNN lint errors")
-
-func printLint(cmd *cobra.Command, rep *exportONNXReport) {
+func printLint(cmd *cobra.Command, rep *pipeline.Export) {
 	if jsonOut {
 		return
 	}

@@ -32,7 +32,7 @@ func init() {
 				return err
 			}
 			opt.Ctx = cmd.Context()
-			if err := synthetic.GenerateFolder(out, force, opt, jsonOut); err != nil {
+			if err := synthetic.Run(out, force, opt, jsonOut); err != nil {
 				return err
 			}
 			if jsonOut {

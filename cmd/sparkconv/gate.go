@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"sparkconv/convert"
 	"sparkconv/eval"
 	"sparkconv/infile"
+	"sparkconv/pipeline"
 	"sparkconv/spark"
 )
 
@@ -40,10 +40,20 @@ func (g *gateFlags) register(cmd *cobra.Command) {
 	floatIn(cmd, "min-top1", 1e-9, 1).unset()  // not given: no top-1 gate
 }
 
+// gate is the eval.Gate the flags ask for.
+func (g *gateFlags) gate() eval.Gate {
+	e := eval.Gate{On: g.text != "", MaxKLD: g.maxKLD, MinTop1: g.minTop1}
+	if g.text != builtinText {
+		e.Samples = g.text
+	}
+	return e
+}
+
 // check completes the gate flags: a gate without --eval scores the
 // built-in text, and an --eval file must exist (a usage error); then the
 // text is read and tokenized with model's tokenizer as the evaluation will
-// read it, so that bad text is refused before the build, not after.
+// read it (eval.Gate.Check), so that bad text is refused before the
+// build, not after.
 func (g *gateFlags) check(cmd *cobra.Command, model string) error {
 	f := cmd.Flags()
 	// The flag rules (floatIn) have checked --max-kld and --min-top1.
@@ -53,68 +63,18 @@ func (g *gateFlags) check(cmd *cobra.Command, model string) error {
 	if g.text == "" {
 		return nil
 	}
-	j := eval.Job{Base: model, Options: eval.DefaultOptions}
 	if g.text != builtinText {
 		if _, err := os.Stat(g.text); err != nil {
 			return usagef("--eval: %v", err)
 		}
-		j.Samples = g.text
 	}
 	if _, err := spark.LoadConfig(model); err != nil {
 		return nil // the build names what is wrong with the model
 	}
-	if err := j.Check(); err != nil {
+	if err := g.gate().Check(model); err != nil {
 		return fmt.Errorf("--eval: %w", err)
 	}
 	return nil
-}
-
-// evaluate scores the committed build out against its input model,
-// records the figures in r and in the build's report file, and returns the
-// gate's verdict (nil when it passes or no gate is set).
-func (g *gateFlags) evaluate(cmd *cobra.Command, r *convert.Report, model, out string) (verdict error, err error) {
-	if g.text == "" {
-		return nil, nil
-	}
-	ef := evalFlags{base: model, model: out, opt: eval.DefaultOptions}
-	if g.text != builtinText {
-		ef.samples = g.text
-	}
-	res, err := runEval(cmd.Context(), &ef)
-	if err != nil {
-		return nil, fmt.Errorf("--eval: %w", err)
-	}
-	r.Eval = res
-	switch {
-	case g.maxKLD > 0 && res.KLD.Mean > g.maxKLD:
-		verdict = fmt.Errorf("fidelity gate failed: mean KLD %.6f > --max-kld %g (the build is written; see %s)", res.KLD.Mean, g.maxKLD, convert.ReportFile)
-	case g.minTop1 > 0 && res.SameTop1 < g.minTop1:
-		verdict = fmt.Errorf("fidelity gate failed: same top-1 %.4f < --min-top1 %g (the build is written; see %s)", res.SameTop1, g.minTop1, convert.ReportFile)
-	}
-	if g.maxKLD > 0 || g.minTop1 > 0 {
-		v := gateVerdict{Passed: verdict == nil}
-		if g.maxKLD > 0 {
-			v.MaxKLD = &g.maxKLD
-		}
-		if g.minTop1 > 0 {
-			v.MinTop1 = &g.minTop1
-		}
-		if verdict != nil {
-			v.Error = verdict.Error()
-		}
-		r.Gate = v
-	}
-	if err := r.Rewrite(out); err != nil {
-		return nil, err
-	}
-	if !jsonOut {
-		fmt.Fprintf(cmd.OutOrStdout(), "eval (%s, %d tokens): mean KLD %.6f ± %.6f, same top-1 %.2f %%, PPL ratio %.4f, greedy %d/%d exact\n",
-			res.Text, res.TokensScored, res.KLD.Mean, res.KLD.Stderr, 100*res.SameTop1, res.PPLRatio, res.Greedy.Exact, res.Greedy.Prompts)
-	}
-	if verdict != nil && jsonOut {
-		verdict = reported(verdict)
-	}
-	return verdict, nil
 }
 
 // warnSameText warns when the held-out text (flag held) has the same
@@ -150,24 +110,18 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// gateVerdict is the report's and the --json document's "gate": the bars
-// set and whether the build passed them.
-type gateVerdict struct {
-	MaxKLD  *float64 `json:"max_kld,omitempty"`
-	MinTop1 *float64 `json:"min_top1,omitempty"`
-	Passed  bool     `json:"passed"`
-	Error   string   `json:"error,omitempty"`
-}
-
-// finish runs the fidelity gate on a committed build, then print, and
-// returns the gate's verdict.
-func (c *convertFlags) finish(cmd *cobra.Command, r *convert.Report, print func() error) error {
-	verdict, err := c.gate.evaluate(cmd, r, c.opt.Model, c.opt.Out)
-	if err != nil {
-		return err
+// finish prints a finished build: the gate's figures (if it ran), then
+// print's summary; it returns the gate's verdict.
+func (c *convertFlags) finish(cmd *cobra.Command, res *pipeline.Result, print func() error) error {
+	if e := res.Eval; e != nil && !jsonOut {
+		fmt.Fprintf(cmd.OutOrStdout(), "eval (%s, %d tokens): mean KLD %.6f ± %.6f, same top-1 %.2f %%, PPL ratio %.4f, greedy %d/%d exact\n",
+			e.Text, e.TokensScored, e.KLD.Mean, e.KLD.Stderr, 100*e.SameTop1, e.PPLRatio, e.Greedy.Exact, e.Greedy.Prompts)
 	}
 	if err := print(); err != nil {
 		return err
 	}
-	return verdict
+	if res.Verdict != nil && jsonOut {
+		return reported(res.Verdict)
+	}
+	return res.Verdict
 }

@@ -41,11 +41,8 @@ precision.` + calibHelp,
 		Example: "  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --group 128 --quant-head\n  sparkconv gptq --model /tmp/spark-tiny --out /tmp/spark-tiny-gptq --samples my-text.txt --tokens 16384",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.runCalibrated(cmd, &kf, func(opt *convert.Options) (convert.Format, error) {
-				var err error
-				o.Keep, err = keep.choose(cmd, opt, kf.c.Files, o)
-				return o, err
-			}, func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
+			return cf.runCalibrated(cmd, &kf, o, &keep,
+				func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
 		},
 	}
 	cf.register(cmd)

@@ -8,6 +8,7 @@ import (
 
 	"sparkconv/convert"
 	"sparkconv/keepfloat"
+	"sparkconv/pipeline"
 	"sparkconv/spark"
 )
 
@@ -36,47 +37,37 @@ func (k *keepFlags) register(cmd *cobra.Command) {
 	}, "lm_head", "model.layers.0.self_attn.g_proj", "model.layers.x.mlp.down_proj", "model.layers.0.mlp.down_proj.weight").unset()
 }
 
-// choose measures the units and returns the kept ones (nil without
-// --keep-float). files are the calibration samples (--samples). The files
-// the measurement read are added to opt.Stamps: the build commits only if
-// they are unchanged, so its codes and its choice come from one model.
-func (k *keepFlags) choose(cmd *cobra.Command, opt *convert.Options, files []string, format convert.Format) (*convert.KeepFloat, error) {
-	model := opt.Model
+// request is the kept set the flags ask for (the zero Keep without
+// --keep-float or --keep-float-modules): a count to measure on files (the
+// calibration samples, --samples) or the named modules of model.
+func (k *keepFlags) request(cmd *cobra.Command, model string, files []string) (pipeline.Keep, error) {
 	if k.n > 0 && len(k.modules) > 0 {
-		return nil, usagef("--keep-float N measures which units to keep, --keep-float-modules names them: give one")
+		return pipeline.Keep{}, usagef("--keep-float N measures which units to keep, --keep-float-modules names them: give one")
 	}
 	if k.n == 0 && cmd.Flags().Changed("keep-float-tokens") {
-		return nil, usagef("--keep-float-tokens needs --keep-float N")
+		return pipeline.Keep{}, usagef("--keep-float-tokens needs --keep-float N")
 	}
 	if k.n == 0 && len(k.modules) == 0 {
-		return nil, nil
+		return pipeline.Keep{}, nil
 	}
 	cfg, err := spark.LoadConfig(model)
 	if err != nil {
-		return nil, err
+		return pipeline.Keep{}, err
 	}
 	if len(k.modules) > 0 {
 		keep, err := convert.KeepModules(cfg, k.modules)
 		if err != nil {
-			return nil, usagef("--keep-float-modules: %v", err)
+			return pipeline.Keep{}, usagef("--keep-float-modules: %v", err)
 		}
 		keep.Record = map[string]any{"chosen_by": "--keep-float-modules (not measured in this build)"}
-		return keep, nil
+		return pipeline.Keep{Named: keep}, nil
 	}
 	if units := len(convert.KeepUnits(cfg)); k.n > units {
-		return nil, usagef("--keep-float %d: the model has %d units (4 per layer: q_k_v_proj, o_proj, gate_proj+up_proj, down_proj)", k.n, units)
+		return pipeline.Keep{}, usagef("--keep-float %d: the model has %d units (4 per layer: q_k_v_proj, o_proj, gate_proj+up_proj, down_proj)", k.n, units)
 	}
-	o := keepfloat.Options{Count: k.n, Files: files, Tokens: k.tokens, Format: format}
+	r := pipeline.Keep{Count: k.n, Files: files, Tokens: k.tokens}
 	if !jsonOut {
-		o.Log = cmd.ErrOrStderr()
+		r.Log = cmd.ErrOrStderr()
 	}
-	keep, _, err := keepfloat.Choose(cmd.Context(), model, o)
-	if err != nil {
-		return nil, err
-	}
-	opt.Stamps = append(opt.Stamps, keep.Stamps...)
-	if !jsonOut {
-		fmt.Fprintf(cmd.ErrOrStderr(), "sparkconv: keep-float: keeping %v in float\n", keep.Modules())
-	}
-	return keep, nil
+	return r, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/dtype"
+	"sparkconv/pipeline"
 	"sparkconv/rotate"
 )
 
@@ -59,11 +60,12 @@ build quantizes from the exact rotated weights.`,
 					return usagef("--dtype %s: %v", dt, err)
 				}
 			}
-			r, err := rotate.Run(cmd.Context(), o)
+			res, err := pipeline.Rotate(cmd.Context(), o, cf.gate.gate())
 			if err != nil {
 				return err
 			}
-			return cf.finish(cmd, r, func() error {
+			r := res.Report
+			return cf.finish(cmd, res, func() error {
 				if jsonOut {
 					return printJSON(r)
 				}

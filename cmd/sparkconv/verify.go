@@ -87,7 +87,7 @@ bar. Ctrl-C stops it between steps (exit 130, no verdict printed).`,
 
 func runVerify(cmd *cobra.Command, model string, exports []string, ortLib string, o verify.Options) error {
 	start := time.Now()
-	rep, err := verify.RunModel(cmd.Context(), model, exports, ortLib, o)
+	rep, err := verify.Run(cmd.Context(), model, exports, ortLib, o)
 	if err != nil {
 		return err
 	}

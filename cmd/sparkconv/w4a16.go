@@ -34,7 +34,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		Example: "  sparkconv w4a16 --model /tmp/spark-tiny --out /tmp/spark-tiny-w4a16 --quant-head",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.runCalibrated(cmd, &kf, func(*convert.Options) (convert.Format, error) { return o, nil },
+			return cf.runCalibrated(cmd, &kf, o, nil,
 				func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
 		},
 	}

@@ -40,10 +40,7 @@ their measured cost.` + calibHelp,
 			if kf.c.Smooth > 0 && (keep.n > 0 || len(keep.modules) > 0) {
 				return usagef("--smooth with --keep-float: a kept q_k_v_proj leaves its layer's input norm unsmoothed, so the config's smoothquant_alpha would not say what was done; rotate's --smooth-down combines with --keep-float")
 			}
-			return cf.runCalibrated(cmd, &kf, func(opt *convert.Options) (convert.Format, error) {
-				kept, err := keep.choose(cmd, opt, kf.c.Files, convert.W8A8{})
-				return convert.W8A8{Keep: kept}, err
-			}, func(r *convert.Report, out string) error {
+			return cf.runCalibrated(cmd, &kf, convert.W8A8{}, &keep, func(r *convert.Report, out string) error {
 				if err := printReport(cmd, r, out); err != nil {
 					return err
 				}

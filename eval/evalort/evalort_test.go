@@ -41,7 +41,7 @@ func TestExportFidelity(t *testing.T) {
 		t.Fatal(err)
 	}
 	text.Stream = text.Stream[:3*64]
-	opt := eval.Options{Ctx: 64, Prompts: 2, GenTokens: 8}
+	opt := eval.Settings{Ctx: 64, Prompts: 2, GenTokens: 8}
 	base, done, err := eval.EnsureBase("", func() (eval.Model, func(), error) {
 		m, err := forward.Open(dir, forward.Options{})
 		if err != nil {
