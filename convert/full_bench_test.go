@@ -44,7 +44,7 @@ func BenchmarkFullW8A8(b *testing.B) {
 
 func BenchmarkFullGPTQ(b *testing.B) {
 	benchFull(b, func(o Options) (*Report, error) {
-		return Convert(context.Background(), o, GPTQ{Group: 128, QuantHead: true}, nil)
+		return Convert(context.Background(), o, W4A8{Group: 128, QuantHead: true}, nil)
 	})
 }
 

@@ -9,7 +9,7 @@ package convert
 // w = (q - 8) * scale, zero pinned at 8 because the CPU kernel ignores
 // qzeros) and the packers come from package quant; how codes are chosen is a
 // CodeChooser (round to nearest with a per-group MSE scale search when
-// GPTQ.Chooser is nil).
+// W4A8.Chooser is nil).
 
 import (
 	"encoding/binary"
@@ -29,10 +29,10 @@ import (
 // (MARLIN_SUPPORTED_GROUP_SIZES without -1, which sparkconv does not write).
 var GPTQGroupSizes = []int{32, 64, 128}
 
-// GPTQ is the GPTQ-format W4A8 output (a Format), with its options: the 5
+// W4A8 is the GPTQ-format W4A8 output (a Format), with its options: the 5
 // linears of every layer (and the head with QuantHead) become qweight,
 // qzeros, scales and g_idx; everything else is copied bit for bit.
-type GPTQ struct {
+type W4A8 struct {
 	Group     int  // 32, 64 or 128
 	QuantHead bool // quantize the output head (untying it from the embedding)
 	NoSearch  bool // absmax scales instead of the MSE search
@@ -45,10 +45,10 @@ type GPTQ struct {
 }
 
 // Name is the scheme, "gptq".
-func (GPTQ) Name() string { return "gptq" }
+func (W4A8) Name() string { return "gptq" }
 
 // CheckFlags validates the option values (usage errors).
-func (f GPTQ) CheckFlags() error {
+func (f W4A8) CheckFlags() error {
 	if !slices.Contains(GPTQGroupSizes, f.Group) {
 		return fmt.Errorf("--group %d: vLLM's CPU GPTQ path accepts group sizes %v", f.Group, GPTQGroupSizes)
 	}
@@ -56,7 +56,7 @@ func (f GPTQ) CheckFlags() error {
 }
 
 // chooser is the chooser the options select.
-func (f GPTQ) chooser() CodeChooser {
+func (f W4A8) chooser() CodeChooser {
 	if f.Chooser != nil {
 		return f.Chooser
 	}
@@ -64,21 +64,21 @@ func (f GPTQ) chooser() CodeChooser {
 }
 
 // Rounds reports whether the codes are rounded to nearest (no Chooser).
-func (f GPTQ) Rounds() bool { return f.Chooser == nil }
+func (f W4A8) Rounds() bool { return f.Chooser == nil }
 
 // MixedDTypes is false: the checkpoint is made for one activation dtype.
-func (GPTQ) MixedDTypes() bool { return false }
+func (W4A8) MixedDTypes() bool { return false }
 
 // Grid is the symmetric 4-bit grid with fp16 scales, whatever the model's
 // dtype (vLLM's GPTQ scales are fp16).
-func (f GPTQ) Grid(dtype.DType) GridSpec {
+func (f W4A8) Grid(dtype.DType) GridSpec {
 	return GridSpec{Kind: GridSym4, Group: f.Group, DType: quant.ScaleF16, Search: !f.NoSearch}
 }
 
 // InputAct is vLLM's CPU input rule for the checkpoint: W4A8
 // (quantize_row_int8, int8 per row) for a bf16 model, the W4A16 path in
 // the model's dtype otherwise.
-func (GPTQ) InputAct(act dtype.DType) forward.Act {
+func (W4A8) InputAct(act dtype.DType) forward.Act {
 	if act == dtype.BF16 {
 		return forward.Act{DType: act, Int8: forward.Int8VLLMRow}
 	}
@@ -87,14 +87,14 @@ func (GPTQ) InputAct(act dtype.DType) forward.Act {
 
 // Targets are the 5 linears of every layer and, with QuantHead, the head,
 // less the kept ones.
-func (f GPTQ) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, f.QuantHead)) }
+func (f W4A8) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, f.QuantHead)) }
 
 // Method names the chooser.
-func (f GPTQ) Method() string { return f.chooser().Method() }
+func (f W4A8) Method() string { return f.chooser().Method() }
 
 // Settings are the 4-bit settings, a warning when vLLM will not run the
 // W4A8 kernel (a model that is not bf16), and the kept linears.
-func (f GPTQ) Settings(b *Build) map[string]any {
+func (f W4A8) Settings(b *Build) map[string]any {
 	s := int4Settings(b.Grid, f.QuantHead)
 	if b.Act != dtype.BF16 {
 		s["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", b.Act)
@@ -104,12 +104,12 @@ func (f GPTQ) Settings(b *Build) map[string]any {
 
 // Tensors are the four GPTQ tensors of every target (GPTQParts), the rest
 // copied.
-func (f GPTQ) Tensors(b *Build) ([]safetensors.Tensor, map[string]string) {
+func (f W4A8) Tensors(b *Build) ([]safetensors.Tensor, map[string]string) {
 	return b.Int4Model(f.chooser(), func(t Target) []Int4Part { return GPTQParts(t, b.Grid.Group) })
 }
 
-// Config sets quantization_config (GPTQ.QuantConfig) and the kept linears.
-func (f GPTQ) Config(b *Build) map[string]any {
+// Config sets quantization_config (W4A8.QuantConfig) and the kept linears.
+func (f W4A8) Config(b *Build) map[string]any {
 	return map[string]any{"quantization_config": f.QuantConfig(b.Job.Report.Calibration, b.Job.Opt.Version), KeepFloatKey: f.Keep.config()}
 }
 
@@ -120,7 +120,7 @@ const vllmCPU = "vLLM's CPU GPTQ path (CPUWNA16LinearKernel / int4_scaled_mm_cpu
 // and N multiples of 32 (CPUWNA16LinearKernel.can_implement) and K a
 // multiple of the group size; for a quantized head, a vocabulary that is a
 // multiple of 64. It also refuses kept units the model does not have.
-func (f GPTQ) Check(cfg *spark.Config) error {
+func (f W4A8) Check(cfg *spark.Config) error {
 	err := CheckTargets(vllmCPU, Targets(cfg, f.QuantHead), func(t Target) []string {
 		var why []string
 		if t.K%32 != 0 {
@@ -151,7 +151,7 @@ func (f GPTQ) Check(cfg *spark.Config) error {
 // reject 0 and any other value would be made up) and true_sequential and
 // static_groups are false; with it, they say what the solve did and meta
 // names the calibration text (sha256, samples, tokens).
-func (f GPTQ) QuantConfig(cal *Calibration, version string) map[string]any {
+func (f W4A8) QuantConfig(cal *Calibration, version string) map[string]any {
 	mse := 0.0
 	if !f.NoSearch && f.Chooser == nil {
 		mse = 2.0 // squared error, GPTQModel's `mse` norm exponent
@@ -325,7 +325,7 @@ func (r gptqReader) dequantize(ck *safetensors.Checkpoint, s spark.TensorSpec, d
 		return forward.Act{}, fmt.Errorf("%s.scales: %w", mod, err)
 	}
 	dequantizeInt4(&res, dst)
-	return GPTQ{}.InputAct(r.act), nil
+	return W4A8{}.InputAct(r.act), nil
 }
 
 func (gptqReader) release(ck *safetensors.Checkpoint, s spark.TensorSpec) {

@@ -42,7 +42,7 @@ func BenchmarkGPTQWrite(b *testing.B) {
 			for b.Loop() {
 				i++
 				o := Options{Model: in, Out: filepath.Join(b.TempDir(), fmt.Sprint(i)), Quiet: true}
-				if _, err := Convert(context.Background(), o, GPTQ{Group: 128, QuantHead: true, NoSearch: !search}, nil); err != nil {
+				if _, err := Convert(context.Background(), o, W4A8{Group: 128, QuantHead: true, NoSearch: !search}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -142,7 +142,7 @@ func TestGPTQDecode(t *testing.T) {
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "gptq")
-			rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: g, QuantHead: true})
+			rep := runConvert(t, Options{Model: in, Out: out}, W4A8{Group: g, QuantHead: true})
 			checkGPTQ(t, in, out, rep, g, true, false)
 		})
 	}
@@ -207,7 +207,7 @@ func checkGPTQ(t *testing.T, in, out string, rep *Report, g int, quantHead, noSe
 func TestGPTQNoSearch(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 64, NoSearch: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, W4A8{Group: 64, NoSearch: true})
 	checkGPTQ(t, in, out, rep, 64, false, true)
 	for _, r := range rep.Tensors {
 		if r.SNRdB != *r.PlainSNRdB {
@@ -220,7 +220,7 @@ func TestGPTQNoSearch(t *testing.T) {
 func TestGPTQUntiedHead(t *testing.T) {
 	in := fixturestest.Tiny(t, true)
 	out := filepath.Join(t.TempDir(), "gptq")
-	rep := runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 128, QuantHead: true})
+	rep := runConvert(t, Options{Model: in, Out: out}, W4A8{Group: 128, QuantHead: true})
 	checkGPTQ(t, in, out, rep, 128, true, false)
 	names := map[string]bool{}
 	for _, r := range rep.Tensors {
@@ -235,19 +235,19 @@ func TestGPTQRefusals(t *testing.T) {
 	cases := []struct {
 		name  string
 		set   map[string]any // config.json changes (nil: the tiny model)
-		f     GPTQ
+		f     W4A8
 		flag  bool
 		wants []string
 	}{
-		{"group 256", nil, GPTQ{Group: 256}, true, []string{"--group 256", "[32 64 128]"}},
-		{"group 16", nil, GPTQ{Group: 16}, true, []string{"--group 16"}},
-		{"K%32", map[string]any{"intermediate_size": 784}, GPTQ{Group: 32}, false, []string{
+		{"group 256", nil, W4A8{Group: 256}, true, []string{"--group 256", "[32 64 128]"}},
+		{"group 16", nil, W4A8{Group: 16}, true, []string{"--group 16"}},
+		{"K%32", map[string]any{"intermediate_size": 784}, W4A8{Group: 32}, false, []string{
 			"model.layers.0.mlp.down_proj.weight [256, 784] (N=256 out, K=784 in): K=784 is not a multiple of 32",
 			"model.layers.0.mlp.gate_proj.weight [784, 256] (N=784 out, K=256 in): N=784 is not a multiple of 32",
 			"(and 3 more tensors)"}},
-		{"group does not divide K", map[string]any{"intermediate_size": 800}, GPTQ{Group: 128}, false, []string{
+		{"group does not divide K", map[string]any{"intermediate_size": 800}, W4A8{Group: 128}, false, []string{
 			"model.layers.0.mlp.down_proj.weight [256, 800] (N=256 out, K=800 in): --group 128 does not divide K=800"}},
-		{"vocab%64", map[string]any{"vocab_size": 544}, GPTQ{Group: 128, QuantHead: true}, false, []string{
+		{"vocab%64", map[string]any{"vocab_size": 544}, W4A8{Group: 128, QuantHead: true}, false, []string{
 			"model.embed_tokens.weight [544, 256] (N=544 out, K=256 in): vocab_size 544 is not a multiple of 64: vLLM pads"}},
 	}
 	for _, c := range cases {
@@ -261,7 +261,7 @@ func TestGPTQRefusals(t *testing.T) {
 	}
 	// vocab 544 without --quant-head is fine for the check.
 	cfg, _ := spark.ParseConfig(mustRead(t, filepath.Join(writeConfigOnly(t, map[string]any{"vocab_size": 544}), "config.json")))
-	if err := (GPTQ{Group: 128}).Check(cfg); err != nil {
+	if err := (W4A8{Group: 128}).Check(cfg); err != nil {
 		t.Errorf("bf16 head refused: %v", err)
 	}
 }
@@ -271,7 +271,7 @@ func TestGPTQRefusals(t *testing.T) {
 func TestGPTQDeterministic(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	dir := t.TempDir()
-	o, f := Options{Model: in}, GPTQ{Group: 64, QuantHead: true}
+	o, f := Options{Model: in}, W4A8{Group: 64, QuantHead: true}
 	o.Out = filepath.Join(dir, "a")
 	runConvert(t, o, f)
 	o.Out = filepath.Join(dir, "b")

@@ -2,7 +2,7 @@ package convert
 
 // Linears kept in float (--keep-float): a build copies their weights bit for
 // bit and tells its consumer so in the format's own terms, compressed-
-// tensors' `ignore` (W8A8) or a negative `dynamic` rule (GPTQ). Which ones
+// tensors' `ignore` (W8A8) or a negative `dynamic` rule (W4A8). Which ones
 // is decided before the conversion (package keepfloat measures each one's
 // cost); this file only writes and reads the decision.
 
@@ -40,7 +40,7 @@ type Keeper interface {
 }
 
 // WithKeep is f keeping keep's linears in float.
-func (f GPTQ) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }
+func (f W4A8) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }
 
 // WithKeep is f keeping keep's linears in float.
 func (f W8A8) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }

@@ -32,7 +32,7 @@ func TestKeepFloatBuilds(t *testing.T) {
 			return err
 		}, "weight_scale"},
 		{"gptq", func(out string) error {
-			_, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, GPTQ{Group: 64, Keep: keep}, nil)
+			_, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W4A8{Group: 64, Keep: keep}, nil)
 			return err
 		}, "qweight"},
 	} {
@@ -111,7 +111,7 @@ func TestKeepFloatRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), u.String()) {
 			t.Errorf("%s: %v, want it refused by name", u, err)
 		}
-		if _, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, GPTQ{Group: 64, Keep: keep}, nil); err == nil {
+		if _, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W4A8{Group: 64, Keep: keep}, nil); err == nil {
 			t.Errorf("gptq %s: accepted", u)
 		}
 	}

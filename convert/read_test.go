@@ -207,7 +207,7 @@ func b2i(b bool) int {
 func TestReadGPTQ(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "gptq")
-	runConvert(t, Options{Model: in, Out: out}, GPTQ{Group: 32, QuantHead: true})
+	runConvert(t, Options{Model: in, Out: out}, W4A8{Group: 32, QuantHead: true})
 	w := openQuant(t, out)
 	ck, err := safetensors.OpenDir(out)
 	if err != nil {

@@ -22,7 +22,7 @@ func greedyModels(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	w4 := filepath.Join(t.TempDir(), "gptq")
-	if _, err := convert.Convert(t.Context(), convert.Options{Model: tiny, Out: w4, Quiet: true}, convert.GPTQ{Group: 64, QuantHead: true}, nil); err != nil {
+	if _, err := convert.Convert(t.Context(), convert.Options{Model: tiny, Out: w4, Quiet: true}, convert.W4A8{Group: 64, QuantHead: true}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return map[string]string{

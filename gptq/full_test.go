@@ -40,7 +40,7 @@ func TestMeasureFull(t *testing.T) {
 		}
 		fmt.Fprintln(os.Stderr, line)
 	}}
-	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 128, QuantHead: true}
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.W4A8{Group: 128, QuantHead: true}
 	start := time.Now()
 	r, err := convert.Convert(ctx, o, f, c)
 	if err != nil {
@@ -84,7 +84,7 @@ func TestMeasureHead(t *testing.T) {
 		OnLayer: func(i int, _ []*convert.ModuleReport, _, _ time.Duration) {
 			fmt.Fprintln(os.Stderr, memProbe(fmt.Sprintf("layer %d", i)))
 		}}
-	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 128, QuantHead: true}
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.W4A8{Group: 128, QuantHead: true}
 	_, err := convert.Convert(context.Background(), o, f, c)
 	t.Logf("%v; peak RSS %.0f MiB", err, convert.PeakRSSMB())
 }
@@ -148,7 +148,7 @@ func TestMeasureBudget(t *testing.T) {
 		c.Files = []string{f}
 	}
 	c.ActOrder = os.Getenv("SPARKCONV_FULL_ACT_ORDER") == "1" // gptq's and w4a16's default
-	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 128}
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.W4A8{Group: 128}
 	start := time.Now()
 	_, err := convert.Convert(context.Background(), o, f, c)
 	t.Logf("%v after %v; peak RSS %.0f MiB", err, time.Since(start), convert.PeakRSSMB())

@@ -27,7 +27,7 @@ const testBudget = 1024
 
 func runGPTQ(t *testing.T, in, out string, c *Calibrator, quantHead bool) *convert.Report {
 	t.Helper()
-	o, f := convert.Options{Model: in, Out: out, Quiet: true, Version: "test"}, convert.GPTQ{Group: 64, QuantHead: quantHead}
+	o, f := convert.Options{Model: in, Out: out, Quiet: true, Version: "test"}, convert.W4A8{Group: 64, QuantHead: quantHead}
 	r, err := convert.Convert(context.Background(), o, f, c)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestCalibratedInterrupted(t *testing.T) {
 	parent := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Calibrator{Budget: testBudget, Log: cancelOnWrite{cancel}}
-	o, f := convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, convert.GPTQ{Group: 64}
+	o, f := convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, convert.W4A8{Group: 64}
 	// The first line the calibrator logs is its summary, after the solve:
 	// cancel there, before the writer runs.
 	if _, err := convert.Convert(ctx, o, f, c); err == nil || !strings.Contains(err.Error(), "context canceled") {
@@ -246,7 +246,7 @@ func TestRefusedText(t *testing.T) {
 	os.WriteFile(samples, []byte(strings.Repeat("aaaa aaaa aaaa\n", 400)), 0o644)
 	parent := filepath.Join(dir, "out")
 	os.Mkdir(parent, 0o755)
-	_, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, convert.GPTQ{Group: 64}, &Calibrator{Files: []string{samples}})
+	_, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(parent, "q"), Quiet: true}, convert.W4A8{Group: 64}, &Calibrator{Files: []string{samples}})
 	if err == nil || !strings.Contains(err.Error(), "distinct ids") {
 		t.Fatalf("repetitive text: %v", err)
 	}
@@ -330,7 +330,7 @@ func TestTrueSequential(t *testing.T) {
 	c := &Calibrator{Budget: testBudget, layerLimit: 1, beforePass: func(i int, p forward.Point, l *forward.Layer) {
 		got[p] = state{onGrid(l.QKV, 64), onGrid(l.O, 64), onGrid(l.Gate, 64), onGrid(l.Up, 64), onGrid(l.Down, 64)}
 	}}
-	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.GPTQ{Group: 64}
+	o, f := convert.Options{Model: in, Out: filepath.Join(t.TempDir(), "q"), Quiet: true}, convert.W4A8{Group: 64}
 	convert.Convert(context.Background(), o, f, c) // stops at the writer: only layer 0 is solved
 	want := map[forward.Point]state{
 		forward.AttnNorm:  {},

@@ -79,7 +79,7 @@ func TestSmoothW8A8(t *testing.T) {
 			t.Errorf("%s not rewritten by the smoothing (%v)", name, err)
 		}
 	}
-	_, err = convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(dir, "g"), Quiet: true}, convert.GPTQ{Group: 64}, &Calibrator{Budget: testBudget, Smooth: 0.5})
+	_, err = convert.Convert(context.Background(), convert.Options{Model: in, Out: filepath.Join(dir, "g"), Quiet: true}, convert.W4A8{Group: 64}, &Calibrator{Budget: testBudget, Smooth: 0.5})
 	if err == nil {
 		t.Error("--smooth accepted for 4-bit")
 	}

@@ -39,7 +39,7 @@ type Options struct {
 	Count  int      // units to keep, 1 or more
 	Files  []string // calibration samples files; none: the embedded corpus
 	Tokens int      // calibration tokens measured
-	// Format is the target build (convert.W8A8, convert.GPTQ): its grid
+	// Format is the target build (convert.W8A8, convert.W4A8): its grid
 	// and input rule are what each unit is measured with.
 	Format convert.Format
 	Log    io.Writer // progress lines; nil: none

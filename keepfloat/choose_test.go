@@ -25,7 +25,7 @@ func TestChoose(t *testing.T) {
 		format convert.Format
 	}{
 		{"w8a8", convert.W8A8{}},
-		{"gptq", convert.GPTQ{Group: 64}},
+		{"gptq", convert.W4A8{Group: 64}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			keep, all, err := Choose(context.Background(), dir, Options{Count: 3, Tokens: 512, Format: c.format})
@@ -144,8 +144,8 @@ func TestRuleOf(t *testing.T) {
 		int8 forward.Int8Rule
 	}{
 		{convert.W8A8{}, dtype.BF16, "int8 per channel, round to nearest", forward.Int8Dynamic},
-		{convert.GPTQ{Group: 64}, dtype.BF16, "int4 symmetric group 64, MSE-searched scales, round to nearest", forward.Int8VLLMRow},
-		{convert.GPTQ{Group: 32, NoSearch: true}, dtype.F16, "int4 symmetric group 32, plain scales, round to nearest", forward.NoInt8},
+		{convert.W4A8{Group: 64}, dtype.BF16, "int4 symmetric group 64, MSE-searched scales, round to nearest", forward.Int8VLLMRow},
+		{convert.W4A8{Group: 32, NoSearch: true}, dtype.F16, "int4 symmetric group 32, plain scales, round to nearest", forward.NoInt8},
 	} {
 		f := ruleOf(c.f, c.act)
 		if f.Grid != c.f.Grid(c.act) || f.Act.DType != c.act || f.Act.Int8 != c.int8 || f.describe() != c.want+"; inputs "+f.Act.String() {

@@ -9,7 +9,7 @@ import (
 func init() {
 	var cf convertFlags
 	var kf calibFlags
-	var o convert.GPTQ
+	var o convert.W4A8
 	var keep keepFlags
 	cmd := &cobra.Command{
 		Use:   "gptq --model DIR --out DIR [--group 128] [--quant-head] [--samples FILE] [--tokens N] [--damp F] [--act-order=false] [--rtn] [--no-search] [--keep-float N]",
@@ -53,6 +53,6 @@ precision.` + calibHelp,
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64 or 128")
 	f.BoolVar(&o.QuantHead, "quant-head", false, "quantize the output head too (unties it; recommended on CPU)")
 	f.BoolVar(&o.NoSearch, "no-search", false, "plain absmax scales instead of the per-group MSE scale search")
-	oneOf(cmd, "group", intWords(convert.GPTQGroupSizes)...) // convert.GPTQ.CheckFlags checks the same list
+	oneOf(cmd, "group", intWords(convert.GPTQGroupSizes)...) // convert.W4A8.CheckFlags checks the same list
 	rootCmd.AddCommand(cmd)
 }
