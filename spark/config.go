@@ -117,6 +117,37 @@ const MaxContext = 1 << 14
 // MaxContextWhy is the reason MaxContext gives in messages.
 const MaxContextWhy = "no deployment needs more: AI Hub's LLM exports use 4096; Spark's full-attention caches take 28 KiB a position in float32, 448 MiB at 16384"
 
+// HFConfig is config.json as a Spark checkpoint writes it (flat RoPE
+// keys, the ids and dtype transformers adds): the writer's form of what
+// ParseConfig reads (synthetic's fixtures).
+type HFConfig struct {
+	Architectures         []string `json:"architectures"`
+	ModelType             string   `json:"model_type"`
+	VocabSize             int      `json:"vocab_size"`
+	HiddenSize            int      `json:"hidden_size"`
+	IntermediateSize      int      `json:"intermediate_size"`
+	NumHiddenLayers       int      `json:"num_hidden_layers"`
+	NumAttentionHeads     int      `json:"num_attention_heads"`
+	NumKeyValueHeads      int      `json:"num_key_value_heads"`
+	HeadDim               int      `json:"head_dim"`
+	HiddenAct             string   `json:"hidden_act"`
+	RMSNormEps            float64  `json:"rms_norm_eps"`
+	MaxPositionEmbeddings int      `json:"max_position_embeddings"`
+	TieWordEmbeddings     bool     `json:"tie_word_embeddings"`
+	SlidingWindow         int      `json:"sliding_window"`
+	LayerTypes            []string `json:"layer_types"`
+	RopeTheta             float64  `json:"rope_theta"`
+	PartialRotaryFactor   float64  `json:"partial_rotary_factor"`
+	SlidingRopeTheta      float64  `json:"sliding_rope_theta"`
+	SlidingPartialRotary  float64  `json:"sliding_partial_rotary_factor"`
+	AttentionBias         bool     `json:"attention_bias"`
+	BosTokenID            int      `json:"bos_token_id"`
+	EosTokenID            int      `json:"eos_token_id"`
+	PadTokenID            int      `json:"pad_token_id"`
+	TorchDtype            string   `json:"torch_dtype"`
+	TransformersVersion   string   `json:"transformers_version"`
+}
+
 // rawConfig mirrors config.json with pointers, to tell absent from zero.
 type rawConfig struct {
 	ModelType             *string          `json:"model_type"`
