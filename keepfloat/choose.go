@@ -139,14 +139,9 @@ func cmpFloat(a, b float64) int {
 // (calib.Spread: the samples are streamed twice, once to count them for
 // the stride, then to encode only the chosen ones).
 func text(sm *spark.Model, dir string, o Options) ([]calib.Chunk, []string, string, error) {
-	tokPath := filepath.Join(dir, "tokenizer.json")
-	tokJSON, err := infile.ReadFile(tokPath, infile.TokenizerMax)
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("keep-float measures on calibration text and needs the model's tokenizer.json: %w", err)
-	}
-	tok, err := tokenizer.Parse(tokJSON)
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("%s: %w", tokPath, err)
 	}
 	src := calib.Source{Files: o.Files, Default: calib.CalibText, Tok: tok, Vocab: sm.Config.VocabSize, Log: o.Log}
 	t, err := src.Take(&calib.Spread{Tokens: o.Tokens, ChunkLen: ChunkLen})

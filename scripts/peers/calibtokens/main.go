@@ -9,7 +9,7 @@
 // chunk its own sequence (positions from 0), in the order sparkconv runs
 // them. A summary (chunks, samples, tokens) goes to stderr.
 //
-// The chunks come from sparkconv's own code: tokenizer.Parse, then
+// The chunks come from sparkconv's own code: tokenizer.Load, then
 // calib.Share (the text read, encoded and the budget spread over the
 // samples), the function a conversion calls. run.sh checks the summary
 // against the samples and tokens that sparkconv's own report
@@ -61,14 +61,9 @@ func run(model string, samples []string, budget, seqLen int) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(model, "tokenizer.json")
-	data, err := os.ReadFile(path)
+	tok, err := tokenizer.Load(filepath.Join(model, "tokenizer.json"))
 	if err != nil {
 		return err
-	}
-	tok, err := tokenizer.Parse(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
 	}
 	src := calib.Source{Files: samples, Default: calib.CalibText, Tok: tok, Vocab: cfg.VocabSize, Log: os.Stderr}
 	text, err := src.Take(&calib.Share{Budget: budget, SeqLen: seqLen})
