@@ -17,6 +17,9 @@ work=$(mkdir -p "$1" && cd "$1" && pwd) bin=$(realpath "${2:-./sparkconv}")
 shift $(($# >= 2 ? 2 : 1))
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# The calibration tokens every peer gets (calibtokens' dump; the peers'
+# scripts read the dump, so they follow it).
+peers_budget=8192
 model=${SPARKCONV_REAL_CACHE:-$HOME/.cache/sparkconv/real}/smollm2-135m-spark
 [ -f "$model/model.safetensors" ] || { echo "run.sh: $model is missing: make real-model" >&2; exit 1; }
 for v in llmcompressor gptqmodel; do
@@ -44,7 +47,7 @@ if [ ! -f "$work/check-llama.json" ]; then
 	mv "$work/check-llama.json.tmp" "$work/check-llama.json"
 fi
 if [ ! -f "$work/chunks.jsonl" ]; then
-	"$work/calibtokens" --model "$model" >"$work/chunks.jsonl.tmp"
+	"$work/calibtokens" --model "$model" --tokens "$peers_budget" >"$work/chunks.jsonl.tmp"
 	mv "$work/chunks.jsonl.tmp" "$work/chunks.jsonl"
 fi
 
@@ -78,10 +81,10 @@ score() { # score NAME BUILD: sparkconv eval of BUILD on every held-out set
 
 # sparkconv's checks of its own calibration set against calibtokens' dump.
 check_chunks() { # check_chunks BUILD
-	python3 - "$1/sparkconv-report.json" "$work/chunks.jsonl" <<-'PY'
+	python3 - "$1/sparkconv-report.json" "$work/chunks.jsonl" "$peers_budget" <<-'PY'
 		import json, sys
 		cal = json.load(open(sys.argv[1]))["calibration"]
-		if cal["token_budget"] != 8192:  # the peers' budget (calibtokens'); a row at another budget is not theirs
+		if cal["token_budget"] != int(sys.argv[3]):  # a row at another budget than the peers' is not theirs
 		    sys.exit(0)
 		chunks = [json.loads(l) for l in open(sys.argv[2])]
 		got = (len({c["sample"] for c in chunks}), sum(len(c["ids"]) for c in chunks))
@@ -95,7 +98,7 @@ rows=(
 	"sparkconv-gptq sparkconv gptq --group 64 --quant-head"
 	"sparkconv-w4a16-head sparkconv w4a16 --group 64"
 	"sparkconv-gptq-head sparkconv gptq --group 64"
-	"sparkconv-gptq-head-8k sparkconv gptq --group 64 --tokens 8192"
+	"sparkconv-gptq-head-8k sparkconv gptq --group 64 --tokens $peers_budget"
 	"sparkconv-rotate-w8a8 sparkconv-rotate w8a8"
 	"llmcompressor-w4a16-sym llmcompressor w4a16-sym"
 	"autoround-w4-sym autoround"
