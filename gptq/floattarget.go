@@ -12,12 +12,14 @@ import (
 
 // stream is the float model run beside the quantized one over the same
 // calibration chunks (Calibrator.FloatTarget): its own forward (the
-// checkpoint's weights, never replaced by codes), residual streams and
-// hand-over buffers, so each stage's float input to a linear is at hand
-// when the quantized input to it is accumulated.
+// checkpoint's weights, never replaced by codes) and residual streams, so
+// each stage's float input to a linear is at hand when the quantized input
+// to it is accumulated. Nothing the solve does changes the float stream,
+// so each of its stages hands its output on within the chunk (floatStages):
+// one hand-over buffer for all chunks, not one per chunk.
 type stream struct {
 	loop *calib.Loop // the float forward and its residual streams
-	hand [][]float32 // what one stage hands the next, per chunk
+	hand []float32   // what a stage hands on, for the chunk being run
 	norm []float32   // a norm's output for the chunk being run
 }
 
@@ -29,14 +31,39 @@ func (r *run) newStream() error {
 		return err
 	}
 	q := r.loop
+	cfg := r.j.Model.Config
 	st := &stream{loop: &calib.Loop{Model: fm, Chunks: q.Chunks, Streams: make([][]float32, len(q.Streams))},
-		hand: make([][]float32, len(r.hand)), norm: make([]float32, len(r.norm))}
+		hand: make([]float32, len(r.norm)/cfg.HiddenSize*max(cfg.QDim(), cfg.IntermediateSize)), norm: make([]float32, len(r.norm))}
 	for k := range q.Streams {
 		st.loop.Streams[k] = append([]float32(nil), q.Streams[k]...)
-		st.hand[k] = make([]float32, len(r.hand[k]))
 	}
 	r.float = st
 	return nil
+}
+
+// floatStages are the float stream's stages of a layer, beside stagesOf's
+// (the same inputs in the same order, each computed as the quantized
+// stream computes it): the attention's output and the MLP's are added to
+// the residual in the stage that produces their input, so that no stage
+// needs what an earlier one left per chunk.
+func floatStages(s *forward.Stages, xs [][]float32, hand, norm []float32) []stage {
+	return []stage{
+		{func(k, T int) []float32 { s.InputNorm(norm, xs[k], T); return norm }, forward.AttnNorm},
+		{func(k, T int) []float32 {
+			s.InputNorm(norm, xs[k], T)
+			s.Attention(hand, norm, T)
+			s.AttnOut(xs[k], hand, T) // reads hand, leaves it as it was
+			return hand
+		}, forward.AttnGated},
+		{func(k, T int) []float32 { s.PostNorm(norm, xs[k], T); return norm }, forward.MLPNorm},
+		{func(k, T int) []float32 {
+			s.PostNorm(norm, xs[k], T)
+			s.MLPAct(hand, norm, T)
+			s.MLPOut(xs[k], hand, T)
+			return hand
+		}, forward.MLPAct},
+		{func(k, T int) []float32 { return nil }, -1},
+	}
 }
 
 // FloatTargetWithSmooth is why the float target and SmoothQuant are

@@ -95,7 +95,8 @@ func TestMeasureHead(t *testing.T) {
 // it; SPARKCONV_FULL_LAYERS=N layers calibrated from there;
 // SPARKCONV_FULL_TOKENS=T; SPARKCONV_FULL_SAMPLES=FILE instead of the
 // embedded corpus; SPARKCONV_FULL_ACT_ORDER=1: act-order, the default of
-// gptq and w4a16; SPARKCONV_FULL_FLOAT_TARGET=A: the float target).
+// gptq and w4a16; SPARKCONV_FULL_FLOAT_TARGET=A: the float target;
+// SPARKCONV_FULL_TRACE=1: the resident set at every step).
 // Per layer: forward and solve time, the peak RSS so far, each module's
 // held-out error GPTQ/RTN and any retry's note (SPARKCONV_FULL_DAMPS=a,b,..:
 // retry at every one of these dampings). A measurement, skipped
@@ -129,6 +130,9 @@ func TestMeasureBudget(t *testing.T) {
 				}
 			}
 		}}
+	if os.Getenv("SPARKCONV_FULL_TRACE") == "1" { // the resident set at every step
+		c.trace = func(at string) { fmt.Fprintln(os.Stderr, memProbe(at)) }
+	}
 	if a, err := strconv.ParseFloat(os.Getenv("SPARKCONV_FULL_FLOAT_TARGET"), 64); err == nil {
 		c.FloatTarget = a
 	}

@@ -72,7 +72,7 @@ func dampSchedule(d float64) []float64 {
 type Factor struct {
 	K    int
 	U    []float32 // [K, K] row-major, zero below the diagonal
-	work []float64 // Prepare's float64 scratch (a retry may share it)
+	work []float64 // Prepare's float64 scratch, dropped once U is made
 	Perm []int     // Perm[i] is the input channel processed i-th
 	Dead []bool    // input channels with diag H = 0 (their weights become 0)
 	// Diag is diag(H) before damping, in channel order: each input
@@ -145,9 +145,12 @@ func Prepare(f *Factor, h []float64, k int, damp float64, actOrder bool) error {
 					f.U[lo*k+i] = float32(v)
 				}
 			})
+			// The float64 scratch is the largest buffer of a solve (354 MB
+			// at K = 6656): not held through the solve that follows.
+			f.work = nil
 			return nil
 		}
 	}
-	f.Damp, f.U = 0, f.U[:0]
+	f.Damp, f.U, f.work = 0, f.U[:0], nil
 	return ErrNotPD
 }

@@ -350,7 +350,7 @@ func (r *run) layers() error {
 			if err != nil {
 				return err
 			}
-			floats = stagesOf(sf, r.float.loop.Streams, r.float.hand, r.float.norm)
+			floats = floatStages(sf, r.float.loop.Streams, r.float.hand, r.float.norm)
 		}
 		for si, st := range stages {
 			input := st.input
@@ -371,6 +371,11 @@ func (r *run) layers() error {
 			// The packed weights serve one pass: the solve that follows
 			// rewrites weights, and its factor is the peak of memory.
 			l.DropPacked()
+			if r.float != nil && input == forward.MLPAct {
+				// The float stream is through the layer (floatStages): its
+				// float32 weights need not sit beside down_proj's solve.
+				r.float.loop.Model.DropLayers()
+			}
 			if h != nil {
 				r.mark("pass " + input.String())
 				if err := r.solveInput(i, l, input); err != nil {
@@ -521,6 +526,9 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 		if ferr == nil && r.float != nil {
 			setPhase("target")
 			m = floatTarget(*w, t.N, t.K, &r.f, h.Cross, r.c.FloatTarget)
+			if k == len(mods)-1 {
+				h.Cross = nil // the last target made: not held through the solve (AddRef makes it again)
+			}
 		}
 		res, err := r.module(t, m, h, ferr, p.String(), t0, nil, k == len(mods)-1)
 		if errors.Is(err, errOverflow) {
@@ -701,6 +709,9 @@ func (r *run) retry(t convert.Target, m quant.Matrix, h *calib.Hessian, res *Res
 		if d <= first || (rep.OutErr <= rep.OutErrRTN && !r.c.retryAll) {
 			continue
 		}
+		// The refit's float32 Hessian is made again after the factor
+		// (refineResult), not held beside Prepare's float64 scratch.
+		r.hf, r.hfOf = nil, nil
 		if err := Prepare(f, h.H, h.K, d, r.c.ActOrder); err != nil {
 			continue
 		}
