@@ -42,8 +42,8 @@ type Taken struct {
 	Read   Read
 }
 
-// Source names the text in messages: its files, or the built-in text.
-func (t *Taken) Source() string { return strings.Join(t.Read.Sources, ", ") }
+// Where names the text in messages: its files, or the built-in text.
+func (t *Taken) Where() string { return strings.Join(t.Read.Sources, ", ") }
 
 // Rule is which tokens a command takes from the samples, applied while
 // they are read: Prefix, Share, Spread, All.
@@ -142,12 +142,12 @@ func (s Source) check(t *Taken) error {
 	w, err := CheckVariety(t.Chunks, s.Tok.UnkID(), s.Vocab)
 	errs, warns = append(errs, err), append(warns, w)
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%s: %w", t.Source(), err)
+		return fmt.Errorf("%s: %w", t.Where(), err)
 	}
 	if s.Log != nil {
 		for _, w := range warns {
 			if w != "" {
-				fmt.Fprintf(s.Log, "sparkconv: warning: %s: %s\n", t.Source(), w)
+				fmt.Fprintf(s.Log, "sparkconv: warning: %s: %s\n", t.Where(), w)
 			}
 		}
 	}

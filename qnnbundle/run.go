@@ -233,7 +233,7 @@ func (o Options) text(tok *tokenizer.Tokenizer, vocab, context, window int) (*Bu
 	for _, c := range text.Chunks {
 		ids = append(ids, c.IDs...)
 	}
-	rd, source := text.Read, text.Source()
+	rd, source := text.Read, text.Where()
 	b := &Bundle{Calibration: BundleCalibration{Source: source, TextSHA256: rd.SHA256, Samples: rd.Samples, Tokens: len(ids)}}
 	return b, ids, nil
 }
