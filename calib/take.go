@@ -15,8 +15,9 @@ import (
 // files (or a built-in text), the tokenizer that encodes them, and the
 // rules every calibrating command applies to what it takes (MinTokens
 // and CheckVariety, or a count rule of the command's own), with one sink
-// for their warnings. Take reads the text once, streamed, under a Rule
-// that says which tokens each command keeps.
+// for their warnings. Take reads the text streamed (a second time first
+// for a rule that needs the number of samples) under a Rule that says
+// which tokens each command keeps.
 type Source struct {
 	Files   []string // samples files (ReadSamples' formats); none: Default
 	Default Builtin
@@ -46,14 +47,14 @@ type Taken struct {
 func (t *Taken) Where() string { return strings.Join(t.Read.Sources, ", ") }
 
 // Rule is which tokens a command takes from the samples, applied while
-// they are read: Prefix, Share, Spread, All.
+// they are read: Prefix, Share, Spread, All. A Rule value serves one Take.
 type Rule interface {
 	// start is called once before the samples are offered, with their
 	// count when count() says the rule needs it (-1 otherwise).
 	start(samples int)
-	// offer gives the rule sample i, its text and its tokens (copied by
-	// the rule if kept past the call); it says whether later samples are
-	// still needed.
+	// offer gives the rule sample i, its text and its tokens (a slice of
+	// its own, which the rule may keep); it says whether later samples
+	// are still needed.
 	offer(i int, t Text, ids []int) bool
 	// take is the chunks kept once the text is read.
 	take() ([]Chunk, []Text)
