@@ -51,7 +51,7 @@ func Run(ctx context.Context, j Options) (*Summary, int, error) {
 		return nil, 0, err
 	}
 	defer m.Close()
-	src := Source{Files: j.Files, Tok: tok, Vocab: m.Cfg.VocabSize, MinTokens: max(j.MinTokens, 1), MinFlag: "--min-tokens", Log: j.Log}
+	src := Source{Files: j.Files, Tok: tok, Vocab: m.Cfg.VocabSize, MinTokens: j.MinTokens, MinFlag: "--min-tokens", Log: j.Log}
 	text, err := src.Take(&All{MaxSamples: j.MaxSamples, Seed: j.Seed, SeqLen: j.SeqLen})
 	if err != nil {
 		return nil, 0, err

@@ -23,9 +23,10 @@ type Source struct {
 	Default Builtin
 	Tok     *tokenizer.Tokenizer
 	Vocab   int // the model's vocab_size: an id at or above it is refused
-	// MinTokens is the fewest tokens accepted (0: MinTokens); MinFlag, if
-	// set, is the flag that sets it, named in the refusal. Negative: no
-	// count rule here (the command has its own, Also).
+	// MinTokens is the fewest tokens accepted (the calibrating commands
+	// pass calib.MinTokens); MinFlag, if set, is the flag that sets it,
+	// named in the refusal. 0: no count rule here (the command has its
+	// own, Also).
 	MinTokens int
 	MinFlag   string
 	// Also is a rule of the command's own on the number of tokens taken,
@@ -129,7 +130,7 @@ func (s Source) read(rule Rule) (*Taken, error) {
 func (s Source) check(t *Taken) error {
 	var errs []error
 	var warns []string
-	if min := s.minTokens(); min > 0 && t.Tokens < min {
+	if min := s.MinTokens; min > 0 && t.Tokens < min {
 		by := ""
 		if s.MinFlag != "" {
 			by = " (" + s.MinFlag + ")"
@@ -153,13 +154,6 @@ func (s Source) check(t *Taken) error {
 		}
 	}
 	return nil
-}
-
-func (s Source) minTokens() int {
-	if s.MinTokens == 0 {
-		return MinTokens
-	}
-	return s.MinTokens
 }
 
 // selectStream is the PCG stream of All's draw ("calib").

@@ -105,7 +105,7 @@ func TestAll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := Source{Files: []string{file}, Tok: tok, Vocab: 512, MinTokens: -1}.Take(&All{MaxSamples: n, Seed: 5, SeqLen: 64})
+		got, err := Source{Files: []string{file}, Tok: tok, Vocab: 512}.Take(&All{MaxSamples: n, Seed: 5, SeqLen: 64})
 		if err != nil {
 			t.Fatal(err)
 		}

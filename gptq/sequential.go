@@ -236,7 +236,7 @@ func (r *run) prepare() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", filepath.Join(r.j.Opt.Model, "tokenizer.json"), err)
 	}
-	src := calib.Source{Files: c.Files, Default: calib.CalibText, Tok: tok, Vocab: cfg.VocabSize, Log: c.Log,
+	src := calib.Source{Files: c.Files, Default: calib.CalibText, Tok: tok, Vocab: cfg.VocabSize, MinTokens: calib.MinTokens, Log: c.Log,
 		Also: func(tokens int) (string, error) {
 			if tokens < c.Budget && !c.QuietShortText {
 				return fmt.Sprintf("the calibration text gives %d tokens, fewer than the budget of %d (--tokens): all of them are used; add samples for more", tokens, c.Budget), nil

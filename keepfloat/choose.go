@@ -143,7 +143,7 @@ func text(sm *spark.Model, dir string, o Options) ([]calib.Chunk, []string, stri
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("keep-float measures on calibration text and needs the model's tokenizer.json: %w", err)
 	}
-	src := calib.Source{Files: o.Files, Default: calib.CalibText, Tok: tok, Vocab: sm.Config.VocabSize, Log: o.Log}
+	src := calib.Source{Files: o.Files, Default: calib.CalibText, Tok: tok, Vocab: sm.Config.VocabSize, MinTokens: calib.MinTokens, Log: o.Log}
 	t, err := src.Take(&calib.Spread{Tokens: o.Tokens, ChunkLen: ChunkLen})
 	if err != nil {
 		return nil, nil, "", err

@@ -55,7 +55,7 @@ func (e lintError) Is(target error) bool { return target == ErrLint }
 func ExportONNX(ctx context.Context, model, out string, force bool, o onnxgraph.ExportOptions, lint bool) (*Export, error) {
 	start := time.Now()
 	ex := &Export{Out: out}
-	man, err := onnxgraph.ExportFolder(ctx, model, out, force, o, func(dir string, man *onnxgraph.Manifest) error {
+	_, err := onnxgraph.ExportFolder(ctx, model, out, force, o, func(dir string, man *onnxgraph.Manifest) error {
 		ex.Manifest = man
 		ex.count(man)
 		if !lint {
@@ -69,7 +69,6 @@ func ExportONNX(ctx context.Context, model, out string, force bool, o onnxgraph.
 	if err != nil {
 		return nil, err
 	}
-	ex.Manifest = man
 	ex.Seconds = time.Since(start).Seconds()
 	ex.MBPerSec = float64(ex.Bytes) / 1e6 / ex.Seconds
 	return ex, nil

@@ -223,7 +223,7 @@ func (o Options) text(tok *tokenizer.Tokenizer, vocab, context, window int) (*Bu
 	if o.Samples != "" {
 		files = []string{o.Samples}
 	}
-	src := calib.Source{Files: files, Default: calib.CalibText, Tok: tok, Vocab: vocab, Log: o.Log, MinTokens: -1,
+	src := calib.Source{Files: files, Default: calib.CalibText, Tok: tok, Vocab: vocab, Log: o.Log,
 		Also: func(tokens int) (string, error) { return CheckTextLength(tokens, context, window, o.AllowShort) }}
 	text, err := src.Take(&calib.Prefix{Tokens: context, SeqLen: max(context, 1)})
 	if err != nil {

@@ -19,10 +19,9 @@ import (
 type Stream struct {
 	ref    *forward.Model
 	man    *onnxgraph.Manifest
-	ids    [][]int
 	held   [][]int // per sequence: positions whose logits the head's trace keeps
 	label  func(i int) string
-	loop   *calib.Loop // per sequence: the residual entering layer at
+	loop   *calib.Loop // the sequences (Chunks) and each one's residual entering layer at
 	at     int
 	span   [2]int // the layers of cur; {-1, -1} before any
 	logits bool   // cur holds the logits
@@ -39,7 +38,7 @@ func NewStream(ref *forward.Model, man *onnxgraph.Manifest, ids, held [][]int, l
 	if label == nil {
 		label = func(i int) string { return fmt.Sprintf("sequence %d", i) }
 	}
-	s := &Stream{ref: ref, man: man, ids: ids, held: held, label: label, span: [2]int{-1, -1}}
+	s := &Stream{ref: ref, man: man, held: held, label: label, span: [2]int{-1, -1}}
 	chunks := make([]calib.Chunk, len(ids))
 	for i, seq := range ids {
 		if len(seq) == 0 || len(seq) > man.Context {
@@ -108,9 +107,9 @@ func (s *Stream) trace(a, b int, logits bool) ([]*Trace, error) {
 		}
 	}
 	c := s.ref.Cfg
-	ts := make([]*Trace, len(s.ids))
-	for i, ids := range s.ids {
-		ts[i] = &Trace{ids: ids, hidden: make([][]float32, c.NumLayers+1), key: make([][]float32, c.NumLayers),
+	ts := make([]*Trace, len(s.loop.Chunks))
+	for i, ch := range s.loop.Chunks {
+		ts[i] = &Trace{ids: ch.IDs, hidden: make([][]float32, c.NumLayers+1), key: make([][]float32, c.NumLayers),
 			val: make([][]float32, c.NumLayers), logits: map[int][]float32{},
 			h: c.HiddenSize, kvd: c.KVDim(), kvHeads: c.NumKVHeads, headDim: c.HeadDim, context: s.man.Context,
 			maskValue: float32(s.man.MaskValue), layers: c.NumLayers}

@@ -90,7 +90,7 @@ func downScales(sm *spark.Model, dir string, o Smoothing, rotated func(down []fl
 		return nil, fmt.Errorf("down_proj smoothing needs the model's tokenizer.json (or --smooth-down 0): %w", err)
 	}
 	c := sm.Config
-	src := calib.Source{Files: o.Files, Default: calib.CalibText, Tok: tok, Vocab: c.VocabSize, Log: log}
+	src := calib.Source{Files: o.Files, Default: calib.CalibText, Tok: tok, Vocab: c.VocabSize, MinTokens: calib.MinTokens, Log: log}
 	text, err := src.Take(&calib.Prefix{Tokens: o.Tokens, SeqLen: o.SeqLen})
 	if err != nil {
 		return nil, err

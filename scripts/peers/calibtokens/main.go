@@ -65,7 +65,7 @@ func run(model string, samples []string, budget, seqLen int) error {
 	if err != nil {
 		return err
 	}
-	src := calib.Source{Files: samples, Default: calib.CalibText, Tok: tok, Vocab: cfg.VocabSize, Log: os.Stderr}
+	src := calib.Source{Files: samples, Default: calib.CalibText, Tok: tok, Vocab: cfg.VocabSize, MinTokens: calib.MinTokens, Log: os.Stderr}
 	text, err := src.Take(&calib.Share{Budget: budget, SeqLen: seqLen})
 	if err != nil {
 		return err
