@@ -172,7 +172,7 @@ func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a 
 		ds = cg / cu
 	}
 	next := g.rounded(param{scale: float32(float64(old.scale) + ds), zero: float32(float64(old.zero) + dz)})
-	if !(next.scale > 0) || math.IsInf(float64(next.scale), 0) || math.IsInf(float64(next.zero), 0) {
+	if !(float64(next.scale)*float64(old.scale) > 0) || math.IsInf(float64(next.scale), 0) || math.IsInf(float64(next.zero), 0) {
 		clear(a)
 		return 0
 	}

@@ -4,7 +4,8 @@ GPTQModel's pure-torch kernel (`TorchLinear`, the one that runs on any CPU)
 takes qweight/qzeros/scales/g_idx of every quantized linear and the quantized
 head, converts v1 zeros to its v2 form with the library's own function, and
 its dequantized weight must equal our symmetric grid w = (q - 8) * scale bit
-for bit; its forward must equal x @ W^T. GPTQModel's and transformers'
+for bit, scales of either sign (a negative scale puts the grid's eighth
+step on the positive side); its forward must equal x @ W^T. GPTQModel's and transformers'
 config classes must accept our quantization_config.
 """
 
@@ -51,6 +52,9 @@ def test_gptqmodel_torch_kernel_loads_gptq(work, preset, untied):
 
     torch.manual_seed(0)
     worst = float("inf")
+    negative = sum(int((sd[f"{n}.scales"] < 0).sum()) for n in names)
+    total = sum(sd[f"{n}.scales"].numel() for n in names)
+    assert 0 < negative < total, f"{negative} of {total} scales negative: the kernel must see both signs"
     for name in names:
         qweight = sd[f"{name}.qweight"]
         k, n = qweight.shape[0] * 8, qweight.shape[1]
@@ -78,6 +82,7 @@ def test_gptqmodel_torch_kernel_loads_gptq(work, preset, untied):
         library=f"GPTQModel {gptqmodel.__version__} TorchLinear, transformers {transformers.__version__} GPTQConfig",
         linears=len(names),
         dequant_bit_mismatches=0,
+        negative_scales=f"{negative} of {total}",
         forward_snr_db_min=round(worst, 1),
     )
 

@@ -243,6 +243,7 @@ func TestCodesAreNearest(t *testing.T) {
 		}
 		cases := []gridCase{
 			sym4Case(Sym4{Scale: ScaleF16.Round(float32(0.002 + 0.01*r.Float64()))}),
+			sym4Case(Sym4{Scale: -ScaleF16.Round(float32(0.002 + 0.01*r.Float64()))}), // the extra step on the positive side
 			asym4Case(Asym4{Scale: ScaleBF16.Round(float32(0.002 + 0.01*r.Float64())),
 				Zero: ScaleBF16.Round(float32(0.02 * r.NormFloat64()))}),
 		}

@@ -240,9 +240,12 @@ func FuzzSearchNeverWorse(f *testing.F) {
 		}
 		sp, ss := Sym4Absmax(w, ScaleF16), Sym4Search(w, ScaleF16)
 		ap, as := Asym4MinMax(w, ScaleBF16), Asym4Search(w, ScaleBF16)
+		if !(sp.Scale > 0) {
+			t.Fatalf("plain sym4 scale %v is not positive", sp.Scale)
+		}
 		for _, p := range []Sym4{sp, ss} {
-			if !(p.Scale > 0) || absBits(p.Scale) >= infBits || ScaleF16.Round(p.Scale) != p.Scale {
-				t.Fatalf("sym4 scale %v is not a positive finite fp16 value", p.Scale)
+			if p.Scale == 0 || absBits(p.Scale) >= infBits || ScaleF16.Round(p.Scale) != p.Scale {
+				t.Fatalf("sym4 scale %v is not a nonzero finite fp16 value", p.Scale)
 			}
 		}
 		for _, p := range []Asym4{ap, as} {
@@ -258,4 +261,68 @@ func FuzzSearchNeverWorse(f *testing.F) {
 			t.Fatalf("asym4: search error %g, plain %g", searched, plain)
 		}
 	})
+}
+
+// TestSym4SearchSign checks the sign choice of the symmetric searches: a
+// group whose largest magnitude is positive takes a negative scale where
+// that puts its extremum on the grid's eighth step, its mirror image the
+// same scale positive, and on random groups the chosen scale is the better
+// of the two magnitude searches (on w and on -w), never worse than either.
+func TestSym4SearchSign(t *testing.T) {
+	// 8 = -8 * -1 exactly; with a positive scale 8 would clip to 7s or
+	// every step would widen to 8/7.
+	w := []float32{8, -1, 2, -3, 0, 5, -6, 7}
+	for _, tc := range []struct {
+		name string
+		w    []float32
+		want float32
+	}{
+		{"positive extremum", w, -1},
+		{"negative extremum", negate(w), 1},
+	} {
+		got := Sym4Search(tc.w, ScaleF16)
+		if got.Scale != tc.want {
+			t.Errorf("%s: scale %v, want %v", tc.name, got.Scale, tc.want)
+		}
+		if e := symErr(tc.w, got.Scale, math.Inf(1)); e != 0 {
+			t.Errorf("%s: error %g, want 0 (every value on the grid)", tc.name, e)
+		}
+		ones := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+		if gw := Sym4SearchWeighted(tc.w, ones, ScaleF16); gw.Scale != tc.want {
+			t.Errorf("%s: weighted scale %v, want %v", tc.name, gw.Scale, tc.want)
+		}
+	}
+
+	r := rand.New(rand.NewPCG(21, 22))
+	negatives := 0
+	for _, x := range searchGroups(r, 400, 64) {
+		h := make([]float32, len(x))
+		for i := range h {
+			h[i] = float32(r.ExpFloat64())
+		}
+		got := Sym4Search(x, ScaleF16)
+		pos, neg := sym4SearchMagnitude(x, ScaleF16).Scale, sym4SearchMagnitude(negate(x), ScaleF16).Scale
+		e, ePos, eNeg := symErr(x, got.Scale, math.Inf(1)), symErr(x, pos, math.Inf(1)), symErr(x, -neg, math.Inf(1))
+		if got.Scale != pos && got.Scale != -neg || e > min(ePos, eNeg) {
+			t.Fatalf("scale %v (error %g): the magnitude searches give %v (%g) and -%v (%g)", got.Scale, e, pos, ePos, neg, eNeg)
+		}
+		if got.Scale < 0 {
+			negatives++
+		}
+		gw := Sym4SearchWeighted(x, h, ScaleF16)
+		if ew, eu := symErrWeighted(x, h, gw.Scale), symErrWeighted(x, h, got.Scale); ew > eu*(1+1e-12) {
+			t.Fatalf("weighted search's weighted error %g above the unweighted choice's %g", ew, eu)
+		}
+	}
+	if negatives == 0 {
+		t.Fatal("no random group took a negative scale")
+	}
+}
+
+func negate(w []float32) []float32 {
+	out := make([]float32, len(w))
+	for i, x := range w {
+		out[i] = -x
+	}
+	return out
 }

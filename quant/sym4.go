@@ -69,14 +69,46 @@ func clampScale(s float32, dt ScaleDType) float32 {
 	return min(max(s, dt.minScale()), dt.maxFinite())
 }
 
-// Sym4Search chooses the scale minimising the group's squared error. The
-// candidates are IST-DASLab's MSE grid (quant.py find_params with grid=100,
+// Sym4Search chooses the scale, of either sign, minimising the group's
+// squared error: the grid's levels are -8..7 steps, so a negative scale
+// puts the lone eighth step on the positive side (llama.cpp's Q4_0 divides
+// the group's signed extremum by -8 for the same reason). Each sign is
+// searched (sym4SearchMagnitude on w and on -w) and the lower error wins;
+// a tie keeps the positive scale.
+func Sym4Search(w []float32, dt ScaleDType) Sym4 {
+	return chooseSign(w, func(x []float32) (float32, float64) {
+		s := sym4SearchMagnitude(x, dt).Scale
+		return s, symErr(x, s, math.Inf(1))
+	})
+}
+
+// chooseSign runs a positive-scale search on w and on -w and returns the
+// scale with the lower error, the second negated.
+func chooseSign(w []float32, search func([]float32) (float32, float64)) Sym4 {
+	pos, ePos := search(w)
+	var buf [256]float32
+	flip := buf[:0]
+	if len(w) > len(buf) {
+		flip = make([]float32, 0, len(w))
+	}
+	for _, x := range w {
+		flip = append(flip, -x)
+	}
+	neg, eNeg := search(flip)
+	if eNeg < ePos {
+		return Sym4{Scale: -neg}
+	}
+	return Sym4{Scale: pos}
+}
+
+// sym4SearchMagnitude chooses the positive scale minimising the group's
+// squared error. The candidates are IST-DASLab's MSE grid (quant.py find_params with grid=100,
 // maxshrink=0.8): scale_i = round_dt((1 - i/100) * plain), i = 0..79,
 // searched coarse to fine (see shrinkSearch), followed by up to three
 // least-squares refits of the scale to the chosen codes. Every candidate is
 // rounded to dt before its error is measured, and i = 0 is the plain rule,
 // so the result is never worse than Sym4Absmax.
-func Sym4Search(w []float32, dt ScaleDType) Sym4 {
+func sym4SearchMagnitude(w []float32, dt ScaleDType) Sym4 {
 	amax := math.Float32frombits(absmaxBits(w))
 	base := symBaseAmax(amax)
 	if base < tinyRange || base >= hugeRange {

@@ -10,9 +10,9 @@ import (
 	"sparkconv/kernels"
 )
 
-// sym4SearchSequential is Sym4Search as it was before the SIMD error pass:
-// every error through sym4Err, every refit through its own sequential pass
-// (sym4Refit). Sym4Search must choose the same scale bit for bit.
+// sym4SearchSequential is sym4SearchMagnitude with every error through
+// sym4Err and every refit through its own sequential pass (sym4Refit), no
+// SIMD: the two must choose the same scale bit for bit.
 func sym4SearchSequential(w []float32, dt ScaleDType) Sym4 {
 	base := symBase(w)
 	if base < tinyRange || base >= hugeRange {
@@ -76,7 +76,7 @@ func TestSym4SearchSIMDIdentical(t *testing.T) {
 	for _, n := range []int{16, 32, 64, 128, 256, 512} {
 		for _, dt := range []ScaleDType{ScaleF16, ScaleBF16, ScaleF32} {
 			for _, w := range searchGroups(r, 600, n) {
-				got, want := Sym4Search(w, dt), sym4SearchSequential(w, dt)
+				got, want := sym4SearchMagnitude(w, dt), sym4SearchSequential(w, dt)
 				if math.Float32bits(got.Scale) != math.Float32bits(want.Scale) {
 					t.Fatalf("n=%d %v: scale %g, sequential search %g", n, dt, got.Scale, want.Scale)
 				}

@@ -14,9 +14,17 @@ import "math"
 // too, so the weighted error is never above either's.
 
 // Sym4SearchWeighted is Sym4Search under importances h (len(h) ==
-// len(w)). With every h equal it chooses as Sym4Search does up to the
-// order of float64 sums.
+// len(w)): each sign searched, the lower weighted error kept. With every h
+// equal it chooses as Sym4Search does up to the order of float64 sums.
 func Sym4SearchWeighted(w, h []float32, dt ScaleDType) Sym4 {
+	return chooseSign(w, func(x []float32) (float32, float64) {
+		s := sym4SearchWeightedMagnitude(x, h, dt).Scale
+		return s, symErrWeighted(x, h, s)
+	})
+}
+
+// sym4SearchWeightedMagnitude is sym4SearchMagnitude under importances h.
+func sym4SearchWeightedMagnitude(w, h []float32, dt ScaleDType) Sym4 {
 	amax := math.Float32frombits(absmaxBits(w))
 	base := symBaseAmax(amax)
 	if base < tinyRange || base >= hugeRange || !positive(h) {
@@ -38,7 +46,7 @@ func Sym4SearchWeighted(w, h []float32, dt ScaleDType) Sym4 {
 		}
 		best, bestE = s, e
 	}
-	if u := Sym4Search(w, dt).Scale; symErrWeighted(w, h, u) < bestE {
+	if u := sym4SearchMagnitude(w, dt).Scale; symErrWeighted(w, h, u) < bestE {
 		best = u
 	}
 	return Sym4{Scale: best}

@@ -19,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 # The calibration tokens every peer gets (calibtokens' dump; the peers'
 # scripts read the dump, so they follow it).
-peers_budget=8192
+peers_budget=${PEERS_TOKENS:-8192}
 model=${SPARKCONV_REAL_CACHE:-$HOME/.cache/sparkconv/real}/smollm2-135m-spark
 [ -f "$model/model.safetensors" ] || { echo "run.sh: $model is missing: make real-model" >&2; exit 1; }
 for v in llmcompressor gptqmodel; do
