@@ -77,12 +77,23 @@ func TestChooseTargets(t *testing.T) {
 	if c, _ := Choose("phone", "size", "M"); c.Path != PathONNXW4 || !strings.Contains(c.Command, "--precision w4a16-lpbq") || !strings.Contains(c.Command, "sparkconv rotate") || c.Runs == "" {
 		t.Errorf("phone, size: %+v", c)
 	}
-	for _, target := range []string{"x86-amx", "x86-avx512", "x86-avx2", "x86", "arm64"} {
+	for _, target := range []string{"x86-avx512", "x86-avx2", "x86", "arm64"} {
 		speed, _ := Choose(target, "speed", "M")
 		size, err := Choose(target, "size", "M")
 		if err != nil || size.Path != speed.Path || size.Command != speed.Command || size.Priority != "size" || !strings.HasPrefix(size.Why, "size first") {
 			t.Errorf("%s, size: %+v (%v), speed %+v", target, size, err, speed)
 		}
+	}
+	// On AMX speed keeps 16 linears in bf16 at group 32; size drops them
+	// and takes group 128, on the same kernel.
+	speed, _ := Choose("x86-amx", "speed", "M")
+	size, err := Choose("x86-amx", "size", "M")
+	if want := "sparkconv gptq --model M-rot --out M-gptq --group 32 --quant-head --keep-float 16"; !strings.HasSuffix(speed.Command, want) {
+		t.Errorf("x86-amx, speed: command %q, want it to end %q", speed.Command, want)
+	}
+	if want := "sparkconv gptq --model M-rot --out M-gptq --group 128 --quant-head"; err != nil || !strings.HasSuffix(size.Command, want) ||
+		size.Path != PathW4A8 || size.Runs != speed.Runs || !strings.HasPrefix(size.Why, "size first") {
+		t.Errorf("x86-amx, size: %+v (%v), want a command ending %q", size, err, want)
 	}
 	if _, err := Choose("mips", "speed", "M"); err == nil || !strings.Contains(err.Error(), "--target") {
 		t.Errorf("bad target: %v", err)
