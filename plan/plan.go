@@ -141,6 +141,7 @@ const (
 	gptqNoAMX    = "the gptq (W4A8) checkpoint loads here too: without AMX vLLM runs it on cpu_gemm_wna16 (the \"vec\" ISA) with bf16 activations, so it scores as its weights alone, not as W4A8 (on the real model its int8 activations cost 1.3x the weights-only mean KLD); w4a16's asymmetric grid stays the more faithful build"
 	runsQNN      = "Qualcomm's QNN HTP backend (through AI Hub or qnn-context-binary-generator), the host driving the decode-step graphs with their KV caches"
 	sizeCPU      = "size first: the CPU builds are 4-bit at group 128 alike (about 4.2 bits a layer weight: gptq's scale and packed zero point, w4a16's bf16 scale and zero point per group of 128), so size picks what speed picks"
+	amxW4A8      = "AMX (amx_tile, amx_int8): vLLM's CPU GPTQ path runs the W4A8 kernel int4_scaled_mm_cpu on AMX tiles for a bf16 model, the fastest CPU path"
 	sizeAMX      = "size first: the W4A8 build at group 128 with no linear kept in float, about 4.2 bits a layer weight (gptq's fp16 scale and packed zero point per group of 128), the smallest CPU build; it gives up what the smaller groups and the kept linears buy (on the real model at group 64, whose 576 columns take no group of 128, mean KLD 0.079 against the speed build's 0.052)"
 	sizeQNN      = "phone, size first: the decode-step export quantized as the w4a16-lpbq bundle, Qualcomm's LLM recipe (4-bit layer weights in AIMET LPBQ blocks of 64, the head's weights and the KV cache at 8 bits, 16-bit activations), half the w8a16 bundle's layer weight bytes on the device; qnn-bundle rebuilds a layer with 8-bit weights where its worst held-out sequence falls under 20 dB (--promote-below); it costs fidelity: on a real model (rotated, export at context 1024, qnn-bundle's defaults) one layer is promoted and every layer simulates at 20.4 dB or more on each held-out sequence against w8a16's 34.5, and eval gives a mean KLD of 0.22 and perplexity x1.22 on held-out text against the same recipe's w8a16 bundle's 0.0060 and x1.004 (--promote-below 24: nine layers at 8 bits, 0.14 and x1.12)"
 	rotatedQNN   = "built from the rotated checkpoint with down_proj smoothing (rotate): on a real model every layer of the w8a16 bundle simulates at 34.5 dB or more on each held-out sequence (prose, chat with tool calls and JSON, code), against 16.5 dB at worst unrotated (12 layers under 30 on some sequence, refused by the 20 dB bar)"
@@ -157,7 +158,7 @@ func Choose(target, priority, model string) (Choice, error) {
 		c, err := Choose(target, "speed", model)
 		c.Priority, c.Why = priority, sizeCPU+"; "+c.Why
 		if target == "x86-amx" {
-			c.Command, c.Why = w4a8Command(model, out, 128, 0), sizeAMX+"; runs as the speed build does"
+			c.Command, c.Why = w4a8Command(model, out, 128, 0), sizeAMX+"; "+amxW4A8
 		}
 		return c, err
 	}
@@ -176,7 +177,7 @@ func Choose(target, priority, model string) (Choice, error) {
 		}
 		c.Path = PathW4A8
 		c.Command = w4a8Command(model, out, 32, 16)
-		c.Why = "AMX (amx_tile, amx_int8): vLLM's CPU GPTQ path runs the W4A8 kernel int4_scaled_mm_cpu on AMX tiles for a bf16 model, the fastest CPU path; " + rotatedW4A8 + "; check it with sparkconv eval"
+		c.Why = amxW4A8 + "; " + rotatedW4A8 + "; check it with sparkconv eval"
 		c.Runs = runsW4A8
 	case "x86-avx512":
 		w4a16("avx512", "no AMX: vLLM's W4A8 kernel needs AMX, so W4A16 (torch's tinygemm, bf16 activations) on its AVX-512 kernel, written in that kernel's own layout")

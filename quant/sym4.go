@@ -8,7 +8,8 @@ import (
 
 // Sym4 is one group's parameter on the symmetric 4-bit grid of GPTQ
 // (sym=true) and vLLM's CPU W4A8 kernel: w = (q - 8) * Scale, q in 0..15.
-// The zero point is pinned at 8 (GPTQ v1 stores it as 7).
+// The zero point is pinned at 8 (GPTQ v1 stores it as 7). Scale may be
+// negative: the levels are then 8..-7 steps instead of -8..7.
 type Sym4 struct{ Scale float32 }
 
 // Code returns the nearest code: clamp(round(w/Scale) + 8, 0, 15), with
@@ -102,8 +103,8 @@ func chooseSign(w []float32, search func([]float32) (float32, float64)) Sym4 {
 }
 
 // sym4SearchMagnitude chooses the positive scale minimising the group's
-// squared error. The candidates are IST-DASLab's MSE grid (quant.py find_params with grid=100,
-// maxshrink=0.8): scale_i = round_dt((1 - i/100) * plain), i = 0..79,
+// squared error. The candidates are IST-DASLab's MSE grid (quant.py
+// find_params with grid=100, maxshrink=0.8): scale_i = round_dt((1 - i/100) * plain), i = 0..79,
 // searched coarse to fine (see shrinkSearch), followed by up to three
 // least-squares refits of the scale to the chosen codes. Every candidate is
 // rounded to dt before its error is measured, and i = 0 is the plain rule,
