@@ -21,11 +21,17 @@ const (
 	// without the float target, from 0.0518 to 0.0506
 	// (docs/calibration.md#float-target).
 	DefaultBudget4 = 32768
-	// DefaultFloatTarget is the 4-bit formats' float target weight
-	// (--float-target): on the real model's W4A16 at DefaultBudget4, 0.15
-	// gives 0.0454, 0.25 0.0434, 0.5 0.0455 (heldout.txt).
+	// DefaultFloatTarget is w4a16's float target weight (--float-target):
+	// on the real model's W4A16 at DefaultBudget4, 0.15 gives 0.0454, 0.25
+	// 0.0434, 0.5 0.0455 (heldout.txt).
 	DefaultFloatTarget = 0.25
-	DefaultSeqLen      = 512
+	// DefaultFloatTargetSym4 is gptq's (the symmetric grid): on the real
+	// model at group 64 and DefaultBudget4, weights only, 0 gives 0.1072,
+	// 0.1 0.0913, 0.25 0.0793, 0.33 0.0743, 0.4 0.0769, 0.55 0.0778,
+	// 0.7 0.0770 (heldout.txt;
+	// docs/calibration.md#float-target-on-the-symmetric-grid).
+	DefaultFloatTargetSym4 = 0.33
+	DefaultSeqLen          = 512
 	// MinTokens is the fewest calibration tokens accepted (calib's rule).
 	MinTokens = calib.MinTokens
 )

@@ -111,10 +111,10 @@ whole text when it is shorter; from the corpus built into the binary, or
 from the already-quantized layers before it, and inside a layer each linear
 is solved on the output of the quantized ones before it (true sequential:
 q_k_v_proj, o_proj, gate_proj and up_proj, down_proj). With --float-target A
-(default 0.25 for gptq and w4a16, 0 for w8a8) the float model runs beside the
-quantized one and each layer linear is solved toward W + A W C H^-1, the
-weights that map the quantized model's input onto the float model's output
-(GPTAQ's asymmetric calibration). One Hessian per
+(default 0.33 for gptq, 0.25 for w4a16, 0 for w8a8) the float model runs
+beside the quantized one and each layer linear is solved toward
+W + A W C H^-1, the weights that map the quantized model's input onto the
+float model's output (GPTAQ's asymmetric calibration). One Hessian per
 distinct linear input, --damp of its mean diagonal added (default 0.01; more
 when it is not positive definite); the blocked GPTQ solve picks the codes,
 group parameters taken at each group boundary from the error-updated
@@ -161,19 +161,21 @@ type calibFlags struct {
 }
 
 // register adds the flags; fourBit says the grid is 4-bit, where
-// --act-order and --refit default on. On the real model, with the plain
+// --act-order and --refit default on; floatTarget is --float-target's
+// default (the grids differ: gptq.DefaultFloatTarget,
+// gptq.DefaultFloatTargetSym4, 0 for int8). On the real model, with the plain
 // group search, act-order lowers W4A16's mean KLD from 0.124 to 0.077 and
 // W4A8's from 0.243 to 0.172; with the weighted search and the refit,
 // W4A16's from 0.0707 to 0.0657 (docs/calibration.md#act-order). The
 // refit takes W4A16 from 0.0705 to 0.0657 and leaves int8 where it was
 // or a little worse (w8a8: 0.0267 without, 0.0273 with), so w8a8 runs
 // without it unless asked (docs/calibration.md#weighted-search-and-refit).
-func (c *calibFlags) register(cmd *cobra.Command, fourBit bool) {
+func (c *calibFlags) register(cmd *cobra.Command, fourBit bool, floatTarget float64) {
 	f := cmd.Flags()
 	f.StringArrayVar(&c.c.Files, "samples", nil, "calibration samples file (text with --- separators, or .jsonl); repeatable (default: the embedded corpus)")
-	budget, target := gptq.DefaultBudget, 0.0
+	budget := gptq.DefaultBudget
 	if fourBit {
-		budget, target = gptq.DefaultBudget4, gptq.DefaultFloatTarget
+		budget = gptq.DefaultBudget4
 	}
 	f.IntVar(&c.c.Budget, "tokens", budget, "calibration token budget: tokens run through the model, drawn round-robin over the samples (the whole text when it is shorter; a warning says so only when --tokens is given)")
 	f.IntVar(&c.c.SeqLen, "seq-len", gptq.DefaultSeqLen, "longest calibration chunk in tokens; longer samples are cut into several chunks")
@@ -190,7 +192,7 @@ func (c *calibFlags) register(cmd *cobra.Command, fourBit bool) {
 		rounds = gptq.DefaultRefitRounds4
 	}
 	f.IntVar(&c.c.Rounds, "refit-rounds", rounds, "with --refit: times the codes are solved, each after the first for the refitted parameters (the lower loss is kept)")
-	f.Float64Var(&c.c.FloatTarget, "float-target", target, "asymmetric calibration (GPTAQ's objective): run the float model beside the quantized one and solve each layer linear toward W + A W C H^-1, the weights that map the quantized model's input onto the float model's output; A in [0, 1] is that target's weight (0: off)")
+	f.Float64Var(&c.c.FloatTarget, "float-target", floatTarget, "asymmetric calibration (GPTAQ's objective): run the float model beside the quantized one and solve each layer linear toward W + A W C H^-1, the weights that map the quantized model's input onto the float model's output; A in [0, 1] is that target's weight (0: off)")
 	freeForm(cmd, "samples")
 	checkedBy(cmd, "float-target", "a weight in [0, 1]", func(s string) error {
 		v, err := strconv.ParseFloat(s, 64)

@@ -115,14 +115,15 @@ func TestUsageExitCodes(t *testing.T) {
 
 // TestCalibrationDefaults: act-order and the refit default on for the
 // 4-bit formats and off for w8a8, where the refit measured no better
-// (docs/calibration.md#weighted-search-and-refit).
+// (docs/calibration.md#weighted-search-and-refit); the float target's
+// weight is each grid's own (docs/calibration.md#float-target-on-the-symmetric-grid).
 func TestCalibrationDefaults(t *testing.T) {
 	for _, c := range []struct {
-		cmd, actOrder, refit string
+		cmd, actOrder, refit, floatTarget string
 	}{
-		{"gptq", "true", strconv.Itoa(gptq.DefaultRefit)},
-		{"w4a16", "true", strconv.Itoa(gptq.DefaultRefit)},
-		{"w8a8", "false", "0"},
+		{"gptq", "true", strconv.Itoa(gptq.DefaultRefit), "0.33"},
+		{"w4a16", "true", strconv.Itoa(gptq.DefaultRefit), "0.25"},
+		{"w8a8", "false", "0", "0"},
 	} {
 		cmd, _, err := rootCmd.Find([]string{c.cmd})
 		if err != nil {
@@ -133,6 +134,9 @@ func TestCalibrationDefaults(t *testing.T) {
 		}
 		if got := cmd.Flags().Lookup("refit").DefValue; got != c.refit {
 			t.Errorf("%s --refit defaults to %s, want %s", c.cmd, got, c.refit)
+		}
+		if got := cmd.Flags().Lookup("float-target").DefValue; got != c.floatTarget {
+			t.Errorf("%s --float-target defaults to %s, want %s", c.cmd, got, c.floatTarget)
 		}
 	}
 }

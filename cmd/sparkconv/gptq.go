@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
+	"sparkconv/gptq"
 )
 
 func init() {
@@ -46,7 +47,7 @@ precision.` + calibHelp,
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd, true)
+	kf.register(cmd, true, gptq.DefaultFloatTargetSym4)
 	kf.registerWeighted(cmd)
 	keep.register(cmd)
 	f := cmd.Flags()

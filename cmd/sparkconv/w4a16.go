@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sparkconv/convert"
+	"sparkconv/gptq"
 )
 
 func init() {
@@ -39,7 +40,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd, true)
+	kf.register(cmd, true, gptq.DefaultFloatTarget)
 	kf.registerWeighted(cmd)
 	f := cmd.Flags()
 	f.IntVar(&o.Group, "group", 128, "group size along the input dimension: 32, 64, 128 or 256")

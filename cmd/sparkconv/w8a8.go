@@ -52,7 +52,7 @@ their measured cost.` + calibHelp,
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd, false)
+	kf.register(cmd, false, 0)
 	kf.registerSmooth(cmd)
 	keep.register(cmd)
 	rootCmd.AddCommand(cmd)
