@@ -301,7 +301,9 @@ func TestSym4SearchSign(t *testing.T) {
 			h[i] = float32(r.ExpFloat64())
 		}
 		got := Sym4Search(x, ScaleF16)
-		pos, neg := sym4SearchMagnitude(x, ScaleF16).Scale, sym4SearchMagnitude(negate(x), ScaleF16).Scale
+		p, _ := sym4SearchMagnitude(x, ScaleF16)
+		q, _ := sym4SearchMagnitude(negate(x), ScaleF16)
+		pos, neg := p.Scale, q.Scale
 		e, ePos, eNeg := symErr(x, got.Scale, math.Inf(1)), symErr(x, pos, math.Inf(1)), symErr(x, -neg, math.Inf(1))
 		if got.Scale != pos && got.Scale != -neg || e > min(ePos, eNeg) {
 			t.Fatalf("scale %v (error %g): the magnitude searches give %v (%g) and -%v (%g)", got.Scale, e, pos, ePos, neg, eNeg)

@@ -78,8 +78,8 @@ func clampScale(s float32, dt ScaleDType) float32 {
 // a tie keeps the positive scale.
 func Sym4Search(w []float32, dt ScaleDType) Sym4 {
 	return chooseSign(w, func(x []float32) (float32, float64) {
-		s := sym4SearchMagnitude(x, dt).Scale
-		return s, symErr(x, s, math.Inf(1))
+		s, e := sym4SearchMagnitude(x, dt)
+		return s.Scale, e
 	})
 }
 
@@ -103,17 +103,18 @@ func chooseSign(w []float32, search func([]float32) (float32, float64)) Sym4 {
 }
 
 // sym4SearchMagnitude chooses the positive scale minimising the group's
-// squared error. The candidates are IST-DASLab's MSE grid (quant.py
+// squared error, and returns that error. The candidates are IST-DASLab's MSE grid (quant.py
 // find_params with grid=100, maxshrink=0.8): scale_i = round_dt((1 - i/100) * plain), i = 0..79,
 // searched coarse to fine (see shrinkSearch), followed by up to three
 // least-squares refits of the scale to the chosen codes. Every candidate is
 // rounded to dt before its error is measured, and i = 0 is the plain rule,
 // so the result is never worse than Sym4Absmax.
-func sym4SearchMagnitude(w []float32, dt ScaleDType) Sym4 {
+func sym4SearchMagnitude(w []float32, dt ScaleDType) (Sym4, float64) {
 	amax := math.Float32frombits(absmaxBits(w))
 	base := symBaseAmax(amax)
 	if base < tinyRange || base >= hugeRange {
-		return Sym4{Scale: symScale(base, 1, dt)}
+		s := symScale(base, 1, dt)
+		return Sym4{Scale: s}, symErr(w, s, math.Inf(1))
 	}
 	cand := func(i int) float32 { return symScale(base, shrinkFactor(i), dt) }
 	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
@@ -132,7 +133,7 @@ func sym4SearchMagnitude(w []float32, dt ScaleDType) Sym4 {
 		}
 		best, bestE = s, e
 	}
-	return Sym4{Scale: best}
+	return Sym4{Scale: best}, bestE
 }
 
 // symErr is sym4Err through the SIMD pass where it runs: the same total

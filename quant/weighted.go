@@ -18,17 +18,19 @@ import "math"
 // equal it chooses as Sym4Search does up to the order of float64 sums.
 func Sym4SearchWeighted(w, h []float32, dt ScaleDType) Sym4 {
 	return chooseSign(w, func(x []float32) (float32, float64) {
-		s := sym4SearchWeightedMagnitude(x, h, dt).Scale
-		return s, symErrWeighted(x, h, s)
+		s, e := sym4SearchWeightedMagnitude(x, h, dt)
+		return s.Scale, e
 	})
 }
 
-// sym4SearchWeightedMagnitude is sym4SearchMagnitude under importances h.
-func sym4SearchWeightedMagnitude(w, h []float32, dt ScaleDType) Sym4 {
+// sym4SearchWeightedMagnitude is sym4SearchMagnitude under importances h;
+// the error it returns is the weighted one.
+func sym4SearchWeightedMagnitude(w, h []float32, dt ScaleDType) (Sym4, float64) {
 	amax := math.Float32frombits(absmaxBits(w))
 	base := symBaseAmax(amax)
 	if base < tinyRange || base >= hugeRange || !positive(h) {
-		return Sym4{Scale: symScale(base, 1, dt)}
+		s := symScale(base, 1, dt)
+		return Sym4{Scale: s}, symErrWeighted(w, h, s)
 	}
 	cand := func(i int) float32 { return symScale(base, shrinkFactor(i), dt) }
 	bestI, bestE := shrinkSearch(func(i int, limit float64) float64 {
@@ -46,10 +48,11 @@ func sym4SearchWeightedMagnitude(w, h []float32, dt ScaleDType) Sym4 {
 		}
 		best, bestE = s, e
 	}
-	if u := sym4SearchMagnitude(w, dt).Scale; symErrWeighted(w, h, u) < bestE {
-		best = u
+	u, _ := sym4SearchMagnitude(w, dt)
+	if e := symErrWeighted(w, h, u.Scale); e < bestE {
+		best, bestE = u.Scale, e
 	}
-	return Sym4{Scale: best}
+	return Sym4{Scale: best}, bestE
 }
 
 // Asym4SearchWeighted is Asym4Search under importances h (len(h) ==
