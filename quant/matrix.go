@@ -203,6 +203,22 @@ func QuantizeAsym4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search b
 	})
 }
 
+// QuantizeUInt4 quantizes m on the integer-zero asymmetric 4-bit grid
+// (compressed-tensors' pack-quantized, symmetric false) in groups of group
+// consecutive k, the scale rounded to dt: UInt4Search when search is set,
+// UInt4MinMax otherwise. Zeros hold (8 - z) * scale (UInt4Zero gives z).
+func QuantizeUInt4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search bool) error {
+	choose := UInt4MinMax
+	if search {
+		choose = UInt4Search
+	}
+	return quantizeGroups(dst, m, group, dt, true, func(i int, w []float32, codes []uint8) ErrStats {
+		p := choose(w, dt)
+		dst.Scales[i], dst.Zeros[i] = p.Scale, p.Zero
+		return p.Quantize(codes, w)
+	})
+}
+
 // quantizeGroups runs quantGroup over every group of every row (rows in
 // parallel); i is the group's index in the [N, K/group] parameter arrays.
 func quantizeGroups(dst *Int4Result, m Matrix, group int, dt ScaleDType, zeros bool, quantGroup func(i int, w []float32, codes []uint8) ErrStats) error {

@@ -104,6 +104,7 @@ func TestSearchNeverWorse(t *testing.T) {
 				pairs := [][2]gridCase{
 					{sym4Case(Sym4Absmax(w, ScaleF16)), sym4Case(Sym4Search(w, ScaleF16))},
 					{asym4Case(Asym4MinMax(w, ScaleBF16)), asym4Case(Asym4Search(w, ScaleBF16))},
+					{asym4Case(UInt4MinMax(w, ScaleBF16)), asym4Case(UInt4Search(w, ScaleBF16))},
 					// bf16 scales reach far smaller values than fp16 ones
 					{sym4Case(Sym4Absmax(w, ScaleBF16)), sym4Case(Sym4Search(w, ScaleBF16))},
 				}
@@ -169,16 +170,25 @@ func TestSearchGain(t *testing.T) {
 		symFull := groupSNRs(w, g, func(x []float32) gridCase { return sym4Case(exhaustiveSym4(x)) })
 		asymPlain := groupSNRs(w, g, func(x []float32) gridCase { return asym4Case(Asym4MinMax(x, ScaleBF16)) })
 		asymSearch := groupSNRs(w, g, func(x []float32) gridCase { return asym4Case(Asym4Search(x, ScaleBF16)) })
+		uintPlain := groupSNRs(w, g, func(x []float32) gridCase { return asym4Case(UInt4MinMax(x, ScaleBF16)) })
+		uintSearch := groupSNRs(w, g, func(x []float32) gridCase { return asym4Case(UInt4Search(x, ScaleBF16)) })
 		t.Logf("g=%3d sym4  plain %.3f dB (tensor %.3f), search %.3f (tensor %.3f), exhaustive 80-grid %.3f (tensor %.3f)",
 			g, symPlain.meanGroup, symPlain.tensor, symSearch.meanGroup, symSearch.tensor, symFull.meanGroup, symFull.tensor)
 		t.Logf("g=%3d asym4 plain %.3f dB (tensor %.3f), search %.3f (tensor %.3f)",
 			g, asymPlain.meanGroup, asymPlain.tensor, asymSearch.meanGroup, asymSearch.tensor)
+		t.Logf("g=%3d uint4 plain %.3f dB (tensor %.3f), search %.3f (tensor %.3f)",
+			g, uintPlain.meanGroup, uintPlain.tensor, uintSearch.meanGroup, uintSearch.tensor)
 		// Measured: +0.7 dB (sym) and +0.8..0.9 dB (asym) of mean group SNR.
 		if d := symSearch.meanGroup - symPlain.meanGroup; d < 0.5 {
 			t.Errorf("g=%d: sym4 search gains %.3f dB of mean group SNR, want >= 0.5", g, d)
 		}
 		if d := asymSearch.meanGroup - asymPlain.meanGroup; d < 0.5 {
 			t.Errorf("g=%d: asym4 search gains %.3f dB of mean group SNR, want >= 0.5", g, d)
+		}
+		// Measured: +0.44 dB (g128) and +0.37 dB (g32): the integer zero's
+		// plain rule starts higher than the float zero's.
+		if d := uintSearch.meanGroup - uintPlain.meanGroup; d < 0.3 {
+			t.Errorf("g=%d: uint4 search gains %.3f dB of mean group SNR, want >= 0.3", g, d)
 		}
 		// Coarse-to-fine plus the least-squares refit must not lose against
 		// evaluating all 80 candidates.
@@ -188,7 +198,7 @@ func TestSearchGain(t *testing.T) {
 		for _, tensor := range []struct {
 			name          string
 			plain, search float64
-		}{{"sym4", symPlain.tensor, symSearch.tensor}, {"asym4", asymPlain.tensor, asymSearch.tensor}} {
+		}{{"sym4", symPlain.tensor, symSearch.tensor}, {"asym4", asymPlain.tensor, asymSearch.tensor}, {"uint4", uintPlain.tensor, uintSearch.tensor}} {
 			if tensor.search < tensor.plain {
 				t.Errorf("g=%d %s: tensor SNR %.3f dB with search < %.3f plain", g, tensor.name, tensor.search, tensor.plain)
 			}
