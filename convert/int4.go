@@ -47,7 +47,14 @@ const (
 	// GridInt8 is compressed-tensors' per-channel symmetric int8 grid:
 	// w = q * scale (W8A8; the 4-bit methods below do not take it).
 	GridInt8
+	// GridUInt4 is compressed-tensors' asymmetric int4 grid with an integer
+	// zero point z in 0..15: w = (q - z) * scale, carried as quant.Asym4
+	// parameters with zero = (8 - z) * scale (quant.UInt4Zero).
+	GridUInt4
 )
+
+// Zeros reports whether the grid's groups have a zero beside the scale.
+func (g GridKind) Zeros() bool { return g == GridAsym4 || g == GridUInt4 }
 
 func (g GridKind) String() string {
 	switch g {
@@ -55,6 +62,8 @@ func (g GridKind) String() string {
 		return "int4 symmetric"
 	case GridAsym4:
 		return "int4 asymmetric (tinygemm float zero)"
+	case GridUInt4:
+		return "int4 asymmetric (integer zero point)"
 	}
 	return "int8 per-channel symmetric"
 }
@@ -62,8 +71,11 @@ func (g GridKind) String() string {
 // quantize chooses round-to-nearest codes for m, parameters from the plain
 // rule (absmax / min-max) or the MSE search.
 func (g GridKind) quantize(dst *quant.Int4Result, m quant.Matrix, group int, dt quant.ScaleDType, search bool) error {
-	if g == GridSym4 {
+	switch g {
+	case GridSym4:
 		return quant.QuantizeSym4(dst, m, group, dt, search)
+	case GridUInt4:
+		return quant.QuantizeUInt4(dst, m, group, dt, search)
 	}
 	return quant.QuantizeAsym4(dst, m, group, dt, search)
 }
@@ -358,7 +370,7 @@ func (l *int4Linear) restore(r *quant.Int4Result) bool {
 	r.N, r.K, r.Group = t.N, t.K, l.spec.Grid.Group
 	r.Scales = slices.Grow(r.Scales[:0], ng)[:ng]
 	r.Zeros = nil
-	if l.spec.Grid.Kind == GridAsym4 {
+	if l.spec.Grid.Kind.Zeros() {
 		r.Zeros = slices.Grow(r.Zeros, ng)[:ng]
 	}
 	for _, p := range l.spec.Parts {

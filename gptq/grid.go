@@ -46,6 +46,9 @@ func (g Grid) fitWeighted(seg, imp []float32) param {
 		case convert.GridAsym4:
 			p := quant.Asym4SearchWeighted(seg, imp, g.DType)
 			return param{scale: p.Scale, zero: p.Zero}
+		case convert.GridUInt4:
+			p := quant.UInt4SearchWeighted(seg, imp, g.DType)
+			return param{scale: p.Scale, zero: p.Zero}
 		}
 	}
 	switch g.Kind {
@@ -62,6 +65,12 @@ func (g Grid) fitWeighted(seg, imp []float32) param {
 			p = quant.Asym4MinMax(seg, g.DType)
 		}
 		return param{scale: p.Scale, zero: p.Zero}
+	case convert.GridUInt4:
+		p := quant.UInt4MinMax(seg, g.DType)
+		if g.Search {
+			p = quant.UInt4Search(seg, g.DType)
+		}
+		return param{scale: p.Scale, zero: p.Zero}
 	}
 	return param{scale: quant.Int8Absmax(seg, g.DType).Scale}
 }
@@ -74,7 +83,7 @@ func (g Grid) code(p param, w float32) (uint8, float32) {
 		s := quant.Sym4{Scale: p.scale}
 		q := s.Code(w)
 		return q, s.Value(q)
-	case convert.GridAsym4:
+	case convert.GridAsym4, convert.GridUInt4:
 		a := quant.Asym4{Scale: p.scale, Zero: p.zero}
 		q := a.Code(w)
 		return q, a.Value(q)
@@ -89,7 +98,7 @@ func (g Grid) value(p param, q uint8) float32 {
 	switch g.Kind {
 	case convert.GridSym4:
 		return quant.Sym4{Scale: p.scale}.Value(q)
-	case convert.GridAsym4:
+	case convert.GridAsym4, convert.GridUInt4:
 		return quant.Asym4{Scale: p.scale, Zero: p.zero}.Value(q)
 	}
 	return quant.Int8{Scale: p.scale}.Value(int8(q))
@@ -104,7 +113,7 @@ func (g Grid) values(p param, codes []uint8, dst []float32) {
 		for j, q := range codes {
 			dst[j] = s.Value(q)
 		}
-	case convert.GridAsym4:
+	case convert.GridAsym4, convert.GridUInt4:
 		a := quant.Asym4{Scale: p.scale, Zero: p.zero}
 		for j, q := range codes {
 			dst[j] = a.Value(q)

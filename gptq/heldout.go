@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"sparkconv/convert"
 	"sparkconv/kernels"
 	"sparkconv/quant"
 )
@@ -18,7 +17,7 @@ func RoundToNearest(dst *Result, m quant.Matrix, g Grid) error {
 	if gs <= 0 || k%gs != 0 {
 		return fmt.Errorf("gptq: group size %d does not divide K=%d", gs, k)
 	}
-	dst.size(n, k, gs, g.Kind == convert.GridAsym4)
+	dst.size(n, k, gs, g.Kind.Zeros())
 	stats := make([]quant.ErrStats, n)
 	kernels.Parallel(n, func(lo, hi int) {
 		buf, deq := make([]float32, k), make([]float32, k)

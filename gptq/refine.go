@@ -128,14 +128,20 @@ func (r *Result) restat(g Grid, m quant.Matrix) {
 }
 
 // centered writes group gi of row n's codes as the multipliers of its
-// scale: q - 8 on the 4-bit grids, the signed code on int8.
+// scale: q - 8 on the symmetric and float-zero 4-bit grids, q - z on the
+// integer-zero one, the signed code on int8.
 func (r *Result) centered(g Grid, n, gi int, dst []float32) {
 	codes := r.Codes[n*r.K+gi*r.Group : n*r.K+(gi+1)*r.Group]
+	off := int32(8)
+	if g.Kind == convert.GridUInt4 {
+		p := r.param(n*(r.K/r.Group) + gi)
+		off = int32(quant.UInt4Zero(quant.Asym4{Scale: p.scale, Zero: p.zero}))
+	}
 	for j, q := range codes {
 		if g.Kind == convert.GridInt8 {
 			dst[j] = float32(int8(q))
 		} else {
-			dst[j] = float32(int32(q) - 8)
+			dst[j] = float32(int32(q) - off)
 		}
 	}
 }
@@ -172,6 +178,9 @@ func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a 
 		ds = cg / cu
 	}
 	next := g.rounded(param{scale: float32(float64(old.scale) + ds), zero: float32(float64(old.zero) + dz)})
+	if g.Kind == convert.GridUInt4 { // the zero point stays: (8 - z) * the new scale
+		next.zero = quant.UInt4Params(next.scale, quant.UInt4Zero(quant.Asym4{Scale: old.scale, Zero: old.zero})).Zero
+	}
 	if !(float64(next.scale)*float64(old.scale) > 0) || math.IsInf(float64(next.scale), 0) || math.IsInf(float64(next.zero), 0) {
 		clear(a)
 		return 0
@@ -179,7 +188,10 @@ func (r *Result) step(g Grid, n, gi int, asym bool, hsum float64, c, u, grad, a 
 	// The loss change of the step after rounding: -2 aᵀgrad + aᵀ H_JJ a,
 	// with a = Δs c + Δz 1 (H_JJ a = Δs u + Δz H_JJ 1; the last term's
 	// sum is hsum). A step that rounding made worse is not taken.
-	fs, fz := float64(next.scale)-float64(old.scale), float64(next.zero)-float64(old.zero)
+	fs, fz := float64(next.scale)-float64(old.scale), 0.0
+	if asym {
+		fz = float64(next.zero) - float64(old.zero)
+	}
 	gain := 2*(fs*cg+fz*sg) - (fs*fs*cu + 2*fs*fz*su + fz*fz*hsum)
 	if !(gain > 0) {
 		clear(a)

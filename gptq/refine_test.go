@@ -109,6 +109,7 @@ func TestRefineReachesLeastSquares(t *testing.T) {
 	for _, g := range []Grid{
 		{Kind: convert.GridSym4, Group: 32, DType: quant.ScaleF16, Search: true},
 		{Kind: convert.GridAsym4, Group: 32, DType: quant.ScaleBF16, Search: true},
+		{Kind: convert.GridUInt4, Group: 32, DType: quant.ScaleBF16, Search: true},
 		{Kind: convert.GridInt8, DType: quant.ScaleBF16},
 		{Kind: convert.GridInt8, DType: quant.ScaleF32},
 	} {
@@ -188,6 +189,7 @@ func TestWeightedSolve(t *testing.T) {
 	for _, g := range []Grid{
 		{Kind: convert.GridSym4, Group: 64, DType: quant.ScaleF16, Search: true},
 		{Kind: convert.GridAsym4, Group: 64, DType: quant.ScaleBF16, Search: true},
+		{Kind: convert.GridUInt4, Group: 64, DType: quant.ScaleBF16, Search: true},
 	} {
 		for _, act := range []bool{false, true} {
 			var f Factor
@@ -224,6 +226,7 @@ func TestRecode(t *testing.T) {
 	for _, g := range []Grid{
 		{Kind: convert.GridSym4, Group: 32, DType: quant.ScaleF16, Search: true},
 		{Kind: convert.GridAsym4, Group: 32, DType: quant.ScaleBF16, Search: true},
+		{Kind: convert.GridUInt4, Group: 32, DType: quant.ScaleBF16, Search: true},
 	} {
 		t.Run(g.String(), func(t *testing.T) {
 			w, x := calibData(n, k, tokens, 7)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"sparkconv/convert"
 	"sparkconv/kernels"
 	"sparkconv/quant"
 )
@@ -100,7 +99,7 @@ func solve(dst *Result, m quant.Matrix, f *Factor, g Grid, done func(), opt solv
 	if gs <= 0 || k%gs != 0 {
 		return fmt.Errorf("gptq: group size %d does not divide K=%d", gs, k)
 	}
-	dst.size(n, k, gs, g.Kind == convert.GridAsym4)
+	dst.size(n, k, gs, g.Kind.Zeros())
 	if opt.given != nil {
 		if opt.given.N != n || opt.given.K != k || opt.given.Group != gs {
 			return fmt.Errorf("gptq: given parameters are for [%d, %d] g%d, matrix is [%d, %d] g%d", opt.given.N, opt.given.K, opt.given.Group, n, k, gs)

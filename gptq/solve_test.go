@@ -105,7 +105,7 @@ func refGPTQ(w []float32, n, k int, h []float64, g Grid, damp float64, act bool)
 		scales = append(scales, p.scale)
 		zeros = append(zeros, p.zero)
 	}
-	if g.Kind != convert.GridAsym4 {
+	if !g.Kind.Zeros() {
 		zeros = nil
 	}
 	return codes, scales, zeros
@@ -245,6 +245,8 @@ var testGrids = []Grid{
 	{Kind: convert.GridSym4, Group: 128, DType: quant.ScaleF16, Search: false},
 	{Kind: convert.GridAsym4, Group: 64, DType: quant.ScaleBF16, Search: true},
 	{Kind: convert.GridAsym4, Group: 256, DType: quant.ScaleBF16, Search: false},
+	{Kind: convert.GridUInt4, Group: 64, DType: quant.ScaleBF16, Search: true},
+	{Kind: convert.GridUInt4, Group: 128, DType: quant.ScaleBF16, Search: false},
 	{Kind: convert.GridInt8, DType: quant.ScaleBF16},
 }
 
