@@ -191,7 +191,8 @@ type Int4Part struct {
 	// from r (N, K, Group set; Codes and parameters as Uses says).
 	Encode func(dst []byte, r *quant.Int4Result) error
 	// Restore (UsesParams parts) decodes the parameters back into r.Scales
-	// (and r.Zeros), already sized, from the part's bytes.
+	// (and r.Zeros), already sized, from the part's bytes; the parts'
+	// Restores run in the parts' order.
 	Restore func(r *quant.Int4Result, src []byte) error
 }
 
@@ -373,12 +374,18 @@ func (l *int4Linear) restore(r *quant.Int4Result) bool {
 	if l.spec.Grid.Kind.Zeros() {
 		r.Zeros = slices.Grow(r.Zeros, ng)[:ng]
 	}
-	for _, p := range l.spec.Parts {
-		if b, ok := l.cache[p.Suffix]; ok && p.Restore != nil {
-			return p.Restore(r, b) == nil
+	restored := false
+	for _, p := range l.spec.Parts { // in order: a zero point may need its scale
+		if p.Restore == nil {
+			continue
 		}
+		b, ok := l.cache[p.Suffix]
+		if !ok || p.Restore(r, b) != nil {
+			return false
+		}
+		restored = true
 	}
-	return false
+	return restored
 }
 
 func (l *int4Linear) report(r *quant.Int4Result, m quant.Matrix) error {

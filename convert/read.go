@@ -3,7 +3,7 @@ package convert
 // Reading sparkconv's outputs back: OpenWeights picks the reader of the
 // checkpoint's format from config.json's quantization_config.quant_method.
 // Each format's reader sits in the file of its writer (w8a8.go, w4a16.go,
-// gptq.go) and implements formatReader; this file holds what they share:
+// gptq.go, w4a8zp.go) and implements formatReader; this file holds what they share:
 // opening the folder, checking every tensor the config implies is there
 // (in a float dtype or as the format's parts), and the float tensors the
 // formats copy.
@@ -43,7 +43,7 @@ type newReader func(qc json.RawMessage, act dtype.DType) (formatReader, error)
 
 // readers are the formats OpenWeights reads, by quant_method.
 var readers = map[string]newReader{
-	"compressed-tensors": newW8A8Reader,
+	"compressed-tensors": newCompressedTensorsReader,
 	"cpu_int4":           newW4A16Reader,
 	"gptq":               newGPTQReader,
 }

@@ -3,7 +3,6 @@ package convert
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -229,7 +228,7 @@ type w8a8Reader struct {
 	ignore excluded    // modules the config's ignore list keeps float
 }
 
-func newW8A8Reader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
+func newW8A8Reader(qc json.RawMessage, act dtype.DType, ign excluded) (formatReader, error) {
 	var c struct {
 		Format string `json:"format"`
 		Groups map[string]struct {
@@ -244,17 +243,9 @@ func newW8A8Reader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
 				Dynamic  bool   `json:"dynamic"`
 			} `json:"input_activations"`
 		} `json:"config_groups"`
-		Ignore []string `json:"ignore"`
 	}
 	if err := json.Unmarshal(qc, &c); err != nil {
 		return nil, err
-	}
-	var ign excluded
-	for _, e := range c.Ignore {
-		p, re := strings.CutPrefix(e, "re:")
-		if err := ign.add(p, re); err != nil {
-			return nil, fmt.Errorf("compressed-tensors ignore: %w", err)
-		}
 	}
 	g, ok := c.Groups["group_0"]
 	if c.Format != "int-quantized" || len(c.Groups) != 1 || !ok {

@@ -43,7 +43,7 @@ precision.` + calibHelp,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.runCalibrated(cmd, &kf, o, &keep,
-				func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
+				func(r *convert.Report, out string) error { return finish4bit(cmd, r, !o.QuantHead, out) })
 		},
 	}
 	cf.register(cmd)

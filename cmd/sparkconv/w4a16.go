@@ -36,7 +36,7 @@ min/max). g_proj, the embeddings and the norms stay in the input dtype.
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cf.runCalibrated(cmd, &kf, o, nil,
-				func(r *convert.Report, out string) error { return finish4bit(cmd, r, o.QuantHead, out) })
+				func(r *convert.Report, out string) error { return finish4bit(cmd, r, !o.QuantHead, out) })
 		},
 	}
 	cf.register(cmd)
@@ -60,10 +60,11 @@ func headNote(cmd *cobra.Command) {
   --quant-head to quantize it (the embedding stays bf16 for the lookup).`)
 }
 
-// finish4bit prints the head note (without --quant-head), any warning the
-// writer recorded, and the summary line plus the SNR the search gained.
-func finish4bit(cmd *cobra.Command, r *convert.Report, quantHead bool, out string) error {
-	if !quantHead {
+// finish4bit prints the head note (when the format could quantize the
+// head and did not), any warning the writer recorded, and the summary line
+// plus the SNR the search gained.
+func finish4bit(cmd *cobra.Command, r *convert.Report, noteHead bool, out string) error {
+	if noteHead {
 		headNote(cmd)
 	}
 	if w, ok := r.Settings["warning"]; ok {

@@ -1,0 +1,145 @@
+package convert
+
+import (
+	"encoding/binary"
+	"math"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"sparkconv/dtype"
+	"sparkconv/fixtures/fixturestest"
+	"sparkconv/forward"
+	"sparkconv/safetensors"
+)
+
+// The decoder below is written from compressed-tensors' pack_to_int32
+// (docs/formats.md#w4a8-zp), not from the packers: it checks the files.
+
+// zpLinear is one decoded pack-quantized linear.
+type zpLinear struct {
+	n, k, g int
+	q       []int     // [n*k]
+	zero    []int     // [n * k/g]
+	scale   []float64 // [n * k/g]
+}
+
+// value is (q[n, k] - zero[n, k/g]) * scale[n, k/g].
+func (l *zpLinear) value(n, k int) float64 {
+	gi := n*(l.k/l.g) + k/l.g
+	return float64(l.q[n*l.k+k]-l.zero[gi]) * l.scale[gi]
+}
+
+func readZP(t *testing.T, ck *safetensors.Checkpoint, module string, n, k, g int) *zpLinear {
+	t.Helper()
+	get := func(suffix, dt string, shape ...int64) []byte {
+		info, raw, err := ck.Raw(module + "." + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(info.DType) != dt || !reflect.DeepEqual(info.Shape, shape) {
+			t.Fatalf("%s.%s is %s%v, want %s%v", module, suffix, info.DType, info.Shape, dt, shape)
+		}
+		return raw
+	}
+	groups := k / g
+	l := &zpLinear{n: n, k: k, g: g, q: make([]int, n*k), zero: make([]int, n*groups)}
+	packed := get("weight_packed", "I32", int64(n), int64(k/8))
+	for i := range l.q { // element i of a row sits in word i/8 at bits 4*(i%8)
+		w := binary.LittleEndian.Uint32(packed[4*(i/8):])
+		l.q[i] = int(w>>(4*(i%8))) & 15
+	}
+	zp := get("weight_zero_point", "I32", int64(n/8), int64(groups))
+	for r := range n { // packed along N: row r in word (r/8, g) at bits 4*(r%8)
+		for gi := range groups {
+			w := binary.LittleEndian.Uint32(zp[4*((r/8)*groups+gi):])
+			l.zero[r*groups+gi] = int(w>>(4*(r%8))) & 15
+		}
+	}
+	l.scale = decBF16(get("weight_scale", "BF16", int64(n), int64(groups)))
+	shape := get("weight_shape", "I64", 2)
+	if a, b := binary.LittleEndian.Uint64(shape), binary.LittleEndian.Uint64(shape[8:]); a != uint64(n) || b != uint64(k) {
+		t.Errorf("%s.weight_shape = [%d, %d], want [%d, %d]", module, a, b, n, k)
+	}
+	return l
+}
+
+// TestW4A8ZPDecode: every quantized linear decodes, by the format's own
+// rule, to the weights the report measured; the config is compressed-
+// tensors' asymmetric group-wise pack-quantized scheme; the rest is copied.
+func TestW4A8ZPDecode(t *testing.T) {
+	for _, g := range []int{32, 64, 128} {
+		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
+			in := fixturestest.Tiny(t, false)
+			out := filepath.Join(t.TempDir(), "zp")
+			rep := runConvert(t, Options{Model: in, Out: out}, W4A8ZP{Group: g})
+			qc := readConfig(t, out)["quantization_config"].(map[string]any)
+			if qc["quant_method"] != "compressed-tensors" || qc["format"] != "pack-quantized" {
+				t.Errorf("quant_method %v, format %v", qc["quant_method"], qc["format"])
+			}
+			w := qc["config_groups"].(map[string]any)["group_0"].(map[string]any)["weights"].(map[string]any)
+			for key, want := range map[string]any{"num_bits": 4.0, "type": "int", "symmetric": false, "strategy": "group", "group_size": float64(g), "actorder": nil} {
+				if !reflect.DeepEqual(w[key], want) {
+					t.Errorf("weights.%s = %v, want %v", key, w[key], want)
+				}
+			}
+			src, dst := openConverted(t, in, out)
+			reported := map[string]TensorReport{}
+			for _, r := range rep.Tensors {
+				reported[r.Name] = r
+			}
+			targets := Targets(src.Config, false)
+			var gain float64
+			zeros := map[int]int{}
+			for _, tg := range targets {
+				_, raw, _ := src.Raw(tg.Source)
+				l := readZP(t, dst, tg.Module, tg.N, tg.K, g)
+				for _, z := range l.zero {
+					zeros[z]++
+				}
+				snr, maxErr := snrOf(decBF16(raw), l.value, tg.N, tg.K)
+				gain += checkTarget(t, dst, tg, reported[tg.Source], snr, maxErr)
+			}
+			if len(zeros) < 4 {
+				t.Errorf("zero points take only %d values (%v): the grid is not using them", len(zeros), zeros)
+			}
+			if gain /= float64(len(targets)); gain < 0.2 || math.IsNaN(gain) {
+				t.Errorf("the search gained %.3f dB on average, want >= 0.2", gain)
+			}
+			t.Logf("g%d: SNR mean %.2f dB (plain %.2f), zero points used %d", g, rep.Totals.MeanSNRdB, rep.Totals.PlainMeanSNRdB, len(zeros))
+			checkCopied(t, src, dst, rep, targets, false)
+		})
+	}
+}
+
+// TestW4A8ZPRefusals: group sizes outside the list are usage errors.
+func TestW4A8ZPRefusals(t *testing.T) {
+	checkRefused(t, Options{}, W4A8ZP{Group: 48}, true, []string{"--group 48"})
+}
+
+// TestReadW4A8ZP: the reader gives exactly the test decoder's (q - z) *
+// scale for every weight, with vLLM's W4A8 input rule for a bf16 model.
+func TestReadW4A8ZP(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	out := filepath.Join(t.TempDir(), "zp")
+	runConvert(t, Options{Model: in, Out: out}, W4A8ZP{Group: 32})
+	w := openQuant(t, out)
+	ck, err := safetensors.OpenDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	for _, tg := range Targets(w.Config(), false) {
+		got, act := dequant(t, w, tg.Source, tg.N, tg.K)
+		if act != (forward.Act{DType: dtype.BF16, Int8: forward.Int8VLLMRow}) {
+			t.Errorf("%s: activation rule %v", tg.Source, act)
+		}
+		l := readZP(t, ck, tg.Module, tg.N, tg.K, 32)
+		for i, v := range got {
+			if want := float32(l.value(i/tg.K, i%tg.K)); v != want {
+				t.Fatalf("%s[%d]: reader %g, test decoder %g", tg.Source, i, v, want)
+			}
+		}
+	}
+}
