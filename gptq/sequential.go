@@ -523,6 +523,7 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 		}
 		w := l.Linear(name)
 		m := quant.F32Matrix(t.N, t.K, *w)
+		orig := m
 		if ferr == nil && r.float != nil {
 			setPhase("target")
 			m = floatTarget(*w, t.N, t.K, &r.f, h.Cross, r.c.FloatTarget)
@@ -530,7 +531,7 @@ func (r *run) solveInput(i int, l *forward.Layer, p forward.Point) error {
 				h.Cross = nil // the last target made: not held through the solve (AddRef makes it again)
 			}
 		}
-		res, err := r.module(t, m, h, ferr, p.String(), t0, nil, k == len(mods)-1)
+		res, err := r.module(t, m, orig, h, ferr, p.String(), t0, nil, k == len(mods)-1)
 		if errors.Is(err, errOverflow) {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
@@ -601,7 +602,7 @@ func (r *run) head() error {
 	if err != nil {
 		return err
 	}
-	_, err = r.module(*t, m, h, ferr, forward.FinalNorm.String(), t0, func() { r.j.Model.Release(t.Source) }, true)
+	_, err = r.module(*t, m, m, h, ferr, forward.FinalNorm.String(), t0, func() { r.j.Model.Release(t.Source) }, true)
 	r.j.Model.Release(t.Source)
 	return err
 }
@@ -612,8 +613,10 @@ func (r *run) head() error {
 // nearest's error is measured row block by row block: its whole Result is
 // only made when it is the one stored. done (if set) is called whenever a
 // pass over m's rows has read a part of them for the last time. last says
-// no later module reads r.f, so a retry may factor into it.
-func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr error, input string, t0 time.Time, done func(), last bool) (*Result, error) {
+// no later module reads r.f, so a retry may factor into it. m is what the
+// codes are solved toward (W, or the float target made from it), orig the
+// weights W whose error the stored Stats give.
+func (r *run) module(t convert.Target, m, orig quant.Matrix, h *calib.Hessian, ferr error, input string, t0 time.Time, done func(), last bool) (*Result, error) {
 	rep := &convert.ModuleReport{Method: "gptq", Input: input, Tokens: h.Tokens, HeldOutRows: h.HeldRows()}
 	var res *Result
 	if ferr == nil {
@@ -663,6 +666,9 @@ func (r *run) module(t convert.Target, m quant.Matrix, h *calib.Hessian, ferr er
 	}
 	if rep.Method == "gptq" && rep.DampPercent != r.c.Damp {
 		r.cal.Redamped = append(r.cal.Redamped, convert.Redamp{Module: t.Module, DampPercent: rep.DampPercent})
+	}
+	if orig.F32 != nil && &orig.F32[0] != &m.F32[0] { // solved toward the float target
+		res.restat(r.grid, orig)
 	}
 	rep.SolveS = time.Since(t0).Seconds()
 	r.solve += time.Since(t0)

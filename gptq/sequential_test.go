@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,9 +15,11 @@ import (
 
 	"sparkconv/convert"
 	"sparkconv/corpus"
+	"sparkconv/dtype"
 	"sparkconv/fixtures/fixturestest"
 	"sparkconv/forward"
 	"sparkconv/outdir"
+	"sparkconv/quant"
 	"sparkconv/safetensors"
 	"sparkconv/spark"
 )
@@ -402,4 +405,48 @@ func TestRedamped(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d modules solved with more damping: %v", n, len(rep.Tensors), c.Q.Meta.Redamped)
+}
+
+// TestCalibratedW4A8ZP: GPTQ with the float target on the integer-zero
+// grid beats round to nearest on every held-out module, and the report's
+// weight SNR is of the written weights against the model's own (not
+// against the float target the codes were solved toward).
+func TestCalibratedW4A8ZP(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	out := filepath.Join(t.TempDir(), "zp")
+	r, err := convert.Convert(context.Background(), convert.Options{Model: in, Out: out, Quiet: true}, convert.W4A8ZP{Group: 32}, &Calibrator{Budget: testBudget, FloatTarget: 0.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := spark.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w, err := convert.OpenWeights(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, tr := range r.Tensors {
+		if tr.GPTQ == nil || !(tr.GPTQ.OutErr < tr.GPTQ.OutErrRTN) {
+			t.Errorf("%s: %+v", tr.Name, tr.GPTQ)
+		}
+		n, k := int(tr.Shape[0]), int(tr.Shape[1])
+		info, raw, err := src.Raw(tr.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig := make([]float32, n*k)
+		if err := dtype.ToFloat32(orig, raw, info.DType); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, n*k)
+		if _, err := w.Dequantize(tr.Name, got); err != nil {
+			t.Fatal(err)
+		}
+		if snr := quant.Compare(orig, got).SNRdB(); math.Abs(snr-tr.SNRdB) > 1e-9 {
+			t.Errorf("%s: report says %.6f dB, the written weights give %.6f dB against the model's", tr.Name, tr.SNRdB, snr)
+		}
+	}
 }
