@@ -91,7 +91,7 @@ class Workspace:
         the format and the kernels under test are the same, and the small
         model's calibration would cost minutes per conversion."""
         model = self.model(preset, untied)
-        if preset == "small" and cmd in ("w8a8", "w4a16", "gptq") and "--rtn" not in flags:
+        if preset == "small" and cmd in ("w8a8", "w4a16", "gptq", "w4a8-zp") and "--rtn" not in flags:
             flags = (*flags, "--rtn")
         key = f"{model.name}.{cmd}{''.join(flags).replace('-', '_')}"
         return self._once(key, lambda out: self.sc.run(cmd, "--model", model, "--out", out, *flags))
