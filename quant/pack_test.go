@@ -302,12 +302,16 @@ func FuzzUnpackPack(f *testing.F) {
 	f.Add([]byte{0x10, 0x32, 0x54, 0x76, 0xEF, 0xCD, 0xAB, 0x89}, uint8(0), uint8(1))
 	f.Add(bytes.Repeat([]byte{0x77, 0x80}, 32*5), uint8(2), uint8(3))
 	f.Add(bytes.Repeat([]byte{0xF1}, 40*8), uint8(3), uint8(0))
+	f.Add(bytes.Repeat([]byte{0x3C, 0xA5}, 40*8), uint8(4), uint8(1))
+	f.Add(bytes.Repeat([]byte{0x5A, 0x0F}, 40*8), uint8(5), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, kind, kSel uint8) {
 		k := 8 * (1 + int(kSel%4)) // 8..32
 		var n int
-		switch kind % 4 {
-		case 0: // GPTQ qweight: any N
+		switch kind % 6 {
+		case 0, 4: // GPTQ qweight, compressed-tensors weight_packed: any N
 			n = len(data) * 2 / k
+		case 5: // compressed-tensors weight_zero_point: N % 8 == 0 (k plays the groups)
+			n = len(data) * 2 / k / 8 * 8
 		default: // tinygemm layouts need N % 16 == 0
 			n = len(data) * 2 / k / 16 * 16
 		}
@@ -318,17 +322,25 @@ func FuzzUnpackPack(f *testing.F) {
 		codes := make([]uint8, n*k)
 		again := make([]byte, len(packed))
 		var err error
-		switch kind % 4 {
+		switch kind % 6 {
 		case 0:
 			if err = UnpackGPTQQWeight(codes, packed, n, k); err == nil {
 				err = PackGPTQQWeight(again, codes, n, k)
+			}
+		case 4:
+			if err = UnpackCTWeight(codes, packed, n, k); err == nil {
+				err = PackCTWeight(again, codes, n, k)
+			}
+		case 5:
+			if err = UnpackCTZeros(codes, packed, n, k); err == nil {
+				err = PackCTZeros(again, codes, n, k)
 			}
 		case 1:
 			if err = UnpackTinygemm(codes, packed, n, k); err == nil {
 				err = PackTinygemm(again, codes, n, k)
 			}
 		default:
-			layout := KernelLayout(kind%4 - 2)
+			layout := KernelLayout(kind%6 - 2)
 			if err = UnpackTinygemmKernel(codes, packed, n, k, layout); err == nil {
 				err = PackTinygemmKernel(again, codes, n, k, layout)
 			}
@@ -337,7 +349,7 @@ func FuzzUnpackPack(f *testing.F) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(again, packed) {
-			t.Fatalf("kind %d n=%d k=%d: repacked bytes differ", kind%4, n, k)
+			t.Fatalf("kind %d n=%d k=%d: repacked bytes differ", kind%6, n, k)
 		}
 		for _, c := range codes {
 			if c > 15 {

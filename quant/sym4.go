@@ -77,15 +77,18 @@ func clampScale(s float32, dt ScaleDType) float32 {
 // searched (sym4SearchMagnitude on w and on -w) and the lower error wins;
 // a tie keeps the positive scale.
 func Sym4Search(w []float32, dt ScaleDType) Sym4 {
-	return chooseSign(w, func(x []float32) (float32, float64) {
+	return chooseSign(w, acceptMargin, func(x []float32) (float32, float64) {
 		s, e := sym4SearchMagnitude(x, dt)
 		return s.Scale, e
 	})
 }
 
 // chooseSign runs a positive-scale search on w and on -w and returns the
-// scale with the lower error, the second negated.
-func chooseSign(w []float32, search func([]float32) (float32, float64)) Sym4 {
+// scale with the lower error, the second negated only when its error is
+// lower by the relative margin (acceptMargin for errors summed in float32
+// blocks, so that the choice is right in exact arithmetic; 0 for float64
+// sums).
+func chooseSign(w []float32, margin float64, search func([]float32) (float32, float64)) Sym4 {
 	pos, ePos := search(w)
 	var buf [256]float32
 	flip := buf[:0]
@@ -96,7 +99,7 @@ func chooseSign(w []float32, search func([]float32) (float32, float64)) Sym4 {
 		flip = append(flip, -x)
 	}
 	neg, eNeg := search(flip)
-	if eNeg < ePos {
+	if eNeg < ePos*(1-margin) {
 		return Sym4{Scale: -neg}
 	}
 	return Sym4{Scale: pos}

@@ -32,7 +32,11 @@ func UInt4Params(s float32, z uint8) Asym4 {
 // (compressed-tensors' calculate_qparams for an asymmetric int4 group).
 func uint4Range(lo, hi float32, dt ScaleDType) Asym4 {
 	lo, hi = min(lo, 0), max(hi, 0)
-	s := clampScale(dt.Round(max((hi-lo)/15, asymMinScale)), dt)
+	// In float64, and at most a sixteenth of the largest finite value, so
+	// that every (q - z) * scale (|q - z| <= 15) and the zero stay finite
+	// for the absurd ranges the searches leave to this rule.
+	d := min(max((float64(hi)-float64(lo))/15, asymMinScale), float64(dt.maxFinite())/16)
+	s := clampScale(dt.Round(float32(d)), dt)
 	z := min(max(math.Round(float64(-lo)/float64(s)), 0), 15)
 	return UInt4Params(s, uint8(z))
 }

@@ -17,7 +17,7 @@ import "math"
 // len(w)): each sign searched, the lower weighted error kept. With every h
 // equal it chooses as Sym4Search does up to the order of float64 sums.
 func Sym4SearchWeighted(w, h []float32, dt ScaleDType) Sym4 {
-	return chooseSign(w, func(x []float32) (float32, float64) {
+	return chooseSign(w, 0, func(x []float32) (float32, float64) {
 		s, e := sym4SearchWeightedMagnitude(x, h, dt)
 		return s.Scale, e
 	})
