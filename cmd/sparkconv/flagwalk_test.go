@@ -123,6 +123,7 @@ func TestCalibrationDefaults(t *testing.T) {
 	}{
 		{"gptq", "true", strconv.Itoa(gptq.DefaultRefit), "0.33"},
 		{"w4a16", "true", strconv.Itoa(gptq.DefaultRefit), "0.25"},
+		{"w4a8-zp", "true", strconv.Itoa(gptq.DefaultRefit), "0.33"},
 		{"w8a8", "false", "0", "0"},
 	} {
 		cmd, _, err := rootCmd.Find([]string{c.cmd})

@@ -45,7 +45,7 @@ config's ignore list, chosen as for gptq (see its help).` + calibHelp,
 		},
 	}
 	cf.register(cmd)
-	kf.register(cmd, true, gptq.DefaultFloatTarget)
+	kf.register(cmd, true, gptq.DefaultFloatTargetUInt4)
 	kf.registerWeighted(cmd)
 	keep.register(cmd)
 	f := cmd.Flags()
