@@ -79,6 +79,12 @@ func BenchmarkAsym4(b *testing.B) {
 	})
 }
 
+func BenchmarkUInt4(b *testing.B) {
+	bench4(b, func(r *Int4Result, m Matrix, group int, search bool) error {
+		return QuantizeUInt4(r, m, group, ScaleBF16, search)
+	})
+}
+
 // bench4 times a 4-bit grid's quantizer at Spark's shapes: the plain rule
 // and the MSE search at group 128, and the search at group 32.
 func bench4(b *testing.B, quantize func(r *Int4Result, m Matrix, group int, search bool) error) {
@@ -127,6 +133,15 @@ func BenchmarkPack(b *testing.B) {
 					return err
 				}
 				return PackTinygemmScalesZeros(params, r.Scales, r.Zeros, n, groups, ScaleBF16)
+			})
+		})
+		b.Run("compressed-tensors", func(b *testing.B) { // weight_packed + weight_zero_point
+			zeros := make([]uint8, n*groups)
+			runBench(b, n, k, func() error {
+				if err := PackCTWeight(packed, r.Codes, n, k); err != nil {
+					return err
+				}
+				return PackCTZeros(params[:n*groups/2], zeros, n, groups)
 			})
 		})
 		for _, l := range []KernelLayout{LayoutAVX512, LayoutAVX2} {
