@@ -32,7 +32,7 @@ type KeepFloat struct {
 	Stamps []infile.Stamp
 }
 
-// Keeper is a format that can keep linears in float (gptq, w8a8): WithKeep
+// Keeper is a format that can keep linears in float (gptq, w8a8, w4a8-zp): WithKeep
 // is the format with keep as its kept set.
 type Keeper interface {
 	Format
@@ -44,6 +44,9 @@ func (f W4A8) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }
 
 // WithKeep is f keeping keep's linears in float.
 func (f W8A8) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }
+
+// WithKeep is f keeping keep's linears in float.
+func (f W4A8ZP) WithKeep(keep *KeepFloat) Format { f.Keep = keep; return f }
 
 // KeepUnit is one kept unit: its layer and module names (spark.QKV, ...).
 type KeepUnit struct {

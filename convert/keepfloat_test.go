@@ -35,6 +35,10 @@ func TestKeepFloatBuilds(t *testing.T) {
 			_, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W4A8{Group: 64, Keep: keep}, nil)
 			return err
 		}, "qweight"},
+		{"w4a8-zp", func(out string) error {
+			_, err := Convert(context.Background(), Options{Model: in, Out: out, Quiet: true}, W4A8ZP{Group: 64, Keep: keep}, nil)
+			return err
+		}, "weight_packed"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), c.name)
@@ -47,7 +51,7 @@ func TestKeepFloatBuilds(t *testing.T) {
 				t.Errorf("%s = %v, want the 3 kept modules and the record", KeepFloatKey, cfg[KeepFloatKey])
 			}
 			qc := cfg["quantization_config"].(map[string]any)
-			if c.name == "w8a8" {
+			if c.name != "gptq" { // compressed-tensors: the ignore list
 				ign := qc["ignore"].([]any)
 				if len(ign) != 5 || ign[0] != "lm_head" || ign[1] != "re:.*g_proj$" || ign[2] != kept[0] || ign[3] != kept[1] || ign[4] != kept[2] {
 					t.Errorf("ignore = %v", ign)

@@ -12,7 +12,7 @@ import (
 	"sparkconv/spark"
 )
 
-// keepFlags are --keep-float and --keep-float-tokens (w8a8, gptq).
+// keepFlags are --keep-float and --keep-float-tokens (w8a8, gptq, w4a8-zp).
 type keepFlags struct {
 	n       int
 	tokens  int
