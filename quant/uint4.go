@@ -1,6 +1,10 @@
 package quant
 
-import "math"
+import (
+	"math"
+
+	"sparkconv/kernels"
+)
 
 // The integer-zero asymmetric 4-bit grid of compressed-tensors'
 // pack-quantized format (symmetric: false) and of vLLM's uint4 kernels:
@@ -86,7 +90,7 @@ func UInt4SearchWeighted(w, h []float32, dt ScaleDType) Asym4 {
 			if nz < 0 || nz > 15 {
 				continue
 			}
-			p, ok := uint4Refit(w, h, UInt4Params(best.Scale, uint8(nz)), dt)
+			p, ok := uint4Refit(g, h, UInt4Params(best.Scale, uint8(nz)), dt)
 			if !ok || p == best {
 				continue
 			}
@@ -104,17 +108,39 @@ func UInt4SearchWeighted(w, h []float32, dt ScaleDType) Asym4 {
 
 // uint4Refit is the (weighted) least-squares scale for the codes p gives
 // w, the zero point held: Σ h·w·c / Σ h·c² with c = q - z, rounded to dt.
-func uint4Refit(w, h []float32, p Asym4, dt ScaleDType) (Asym4, bool) {
+// Unweighted, the sums come from the codes centred on 8 (c8 = q - 8,
+// c = c8 + d with d = 8 - z: Σ w·c = Σ w·c8 + d Σ w, Σ c² = Σ c8² +
+// 2d Σ c8 + d² n), through the SIMD pass where the group is exact (see
+// asymGroup), so every kernel family gives the same scale.
+func uint4Refit(g asymGroup, h []float32, p Asym4, dt ScaleDType) (Asym4, bool) {
 	inv, z := 1/p.Scale, UInt4Zero(p)
 	var swc, scc float64
-	for j, x := range w {
-		hj := 1.0
-		if h != nil {
-			hj = float64(h[j])
+	if h == nil {
+		var sums [3]float64 // Σ w·c8, Σ c8², Σ c8
+		done, sw := 0, g.sw
+		if g.exact {
+			done, _ = kernels.Asym4Sums(g.w, p.Zero, inv, &sums)
+		} else { // Σ w in order: groupRange's is order-free only when exact
+			sw = 0
+			for _, x := range g.w {
+				sw += float64(x)
+			}
 		}
-		c := float64(int32(asymCode(x, p.Zero, inv)) - int32(z))
-		swc += hj * float64(x) * c
-		scc += hj * c * c
+		for _, x := range g.w[done:] {
+			c := int64(asymCode(x, p.Zero, inv)) - 8
+			sums[0] += float64(float64(x) * float64(c))
+			sums[1] += float64(c * c)
+			sums[2] += float64(c)
+		}
+		d := 8 - float64(z)
+		swc = sums[0] + float64(d*sw)
+		scc = sums[1] + float64(2*d*sums[2]) + float64(d*d*float64(len(g.w)))
+	} else {
+		for j, x := range g.w {
+			c := float64(int32(asymCode(x, p.Zero, inv)) - int32(z))
+			swc += float64(h[j]) * float64(x) * c
+			scc += float64(h[j]) * c * c
+		}
 	}
 	if !(scc > 0) || !(swc > 0) {
 		return Asym4{}, false
