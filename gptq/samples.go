@@ -37,7 +37,7 @@ const (
 	// 0.0686 and 0.33 0.0681 on heldout.txt, where it was chosen (half a
 	// standard error apart); on heldout-agent.txt 0.0973 and 0.0960.
 	DefaultFloatTargetUInt4 = 0.33
-	DefaultSeqLen          = 512
+	DefaultSeqLen           = 512
 	// MinTokens is the fewest calibration tokens accepted (calib's rule).
 	MinTokens = calib.MinTokens
 )
