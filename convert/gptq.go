@@ -113,6 +113,24 @@ func (f W4A8) Config(b *Build) map[string]any {
 	return map[string]any{"quantization_config": f.QuantConfig(b.Job.Report.Calibration, b.Job.Opt.Version), KeepFloatKey: f.Keep.config()}
 }
 
+// cpuWNA16Shape is why vLLM's CPU int4 kernel (CPUWNA16LinearKernel, GPTQ
+// and zero-point checkpoints alike) cannot take t at group g: K and N
+// multiples of 32 (can_implement) and g dividing K (sizes: the group sizes
+// the format offers).
+func cpuWNA16Shape(t Target, g int, sizes []int) []string {
+	var why []string
+	if t.K%32 != 0 {
+		why = append(why, fmt.Sprintf("K=%d is not a multiple of 32 (the CPU kernel needs K %% 32 == 0)", t.K))
+	}
+	if t.N%32 != 0 {
+		why = append(why, fmt.Sprintf("N=%d is not a multiple of 32 (the CPU kernel needs N %% 32 == 0)", t.N))
+	}
+	if t.K%g != 0 {
+		why = append(why, fmt.Sprintf("--group %d does not divide K=%d (choose a group size in %v that divides it)", g, t.K, sizes))
+	}
+	return why
+}
+
 // vllmCPU names the target in refusals.
 const vllmCPU = "vLLM's CPU GPTQ path (CPUWNA16LinearKernel / int4_scaled_mm_cpu)"
 
@@ -122,16 +140,7 @@ const vllmCPU = "vLLM's CPU GPTQ path (CPUWNA16LinearKernel / int4_scaled_mm_cpu
 // multiple of 64. It also refuses kept units the model does not have.
 func (f W4A8) Check(cfg *spark.Config) error {
 	err := CheckTargets(vllmCPU, Targets(cfg, f.QuantHead), func(t Target) []string {
-		var why []string
-		if t.K%32 != 0 {
-			why = append(why, fmt.Sprintf("K=%d is not a multiple of 32 (the CPU kernel needs K %% 32 == 0)", t.K))
-		}
-		if t.N%32 != 0 {
-			why = append(why, fmt.Sprintf("N=%d is not a multiple of 32 (the CPU kernel needs N %% 32 == 0)", t.N))
-		}
-		if t.K%f.Group != 0 {
-			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (choose a group size in %v that divides it)", f.Group, t.K, GPTQGroupSizes))
-		}
+		why := cpuWNA16Shape(t, f.Group, GPTQGroupSizes)
 		if t.Module == "lm_head" && t.N%64 != 0 {
 			why = append(why, fmt.Sprintf("vocab_size %d is not a multiple of 64: vLLM pads the LM head's vocabulary to a multiple of 64 and copies the checkpoint into the padded parameter, which fails for a packed qweight [K/8, vocab]; drop --quant-head", t.N))
 		}

@@ -109,17 +109,7 @@ func (f W4A8ZP) Config(b *Build) map[string]any {
 // of 32 (CPUWNA16LinearKernel.can_implement) and a group that divides K.
 func (f W4A8ZP) Check(cfg *spark.Config) error {
 	err := CheckTargets("vLLM's CPU int4 kernel (CPUWNA16LinearKernel)", Targets(cfg, false), func(t Target) []string {
-		var why []string
-		if t.K%32 != 0 {
-			why = append(why, fmt.Sprintf("K=%d is not a multiple of 32 (the CPU kernel needs K %% 32 == 0)", t.K))
-		}
-		if t.N%32 != 0 {
-			why = append(why, fmt.Sprintf("N=%d is not a multiple of 32 (the CPU kernel needs N %% 32 == 0)", t.N))
-		}
-		if t.K%f.Group != 0 {
-			why = append(why, fmt.Sprintf("--group %d does not divide K=%d (choose a group size in %v that divides it)", f.Group, t.K, W4A8ZPGroupSizes))
-		}
-		return why
+		return cpuWNA16Shape(t, f.Group, W4A8ZPGroupSizes)
 	})
 	if err != nil {
 		return err

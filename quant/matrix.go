@@ -192,15 +192,10 @@ func QuantizeSym4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search bo
 // of group consecutive k, scale and zero rounded to dt: Asym4Search when
 // search is set, Asym4MinMax otherwise.
 func QuantizeAsym4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search bool) error {
-	choose := Asym4MinMax
 	if search {
-		choose = Asym4Search
+		return quantizeZeros(dst, m, group, dt, Asym4Search)
 	}
-	return quantizeGroups(dst, m, group, dt, true, func(i int, w []float32, codes []uint8) ErrStats {
-		p := choose(w, dt)
-		dst.Scales[i], dst.Zeros[i] = p.Scale, p.Zero
-		return p.Quantize(codes, w)
-	})
+	return quantizeZeros(dst, m, group, dt, Asym4MinMax)
 }
 
 // QuantizeUInt4 quantizes m on the integer-zero asymmetric 4-bit grid
@@ -208,10 +203,15 @@ func QuantizeAsym4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search b
 // consecutive k, the scale rounded to dt: UInt4Search when search is set,
 // UInt4MinMax otherwise. Zeros hold (8 - z) * scale (UInt4Zero gives z).
 func QuantizeUInt4(dst *Int4Result, m Matrix, group int, dt ScaleDType, search bool) error {
-	choose := UInt4MinMax
 	if search {
-		choose = UInt4Search
+		return quantizeZeros(dst, m, group, dt, UInt4Search)
 	}
+	return quantizeZeros(dst, m, group, dt, UInt4MinMax)
+}
+
+// quantizeZeros quantizes every group with the Asym4 parameters choose
+// gives it (the float-zero and integer-zero grids).
+func quantizeZeros(dst *Int4Result, m Matrix, group int, dt ScaleDType, choose func([]float32, ScaleDType) Asym4) error {
 	return quantizeGroups(dst, m, group, dt, true, func(i int, w []float32, codes []uint8) ErrStats {
 		p := choose(w, dt)
 		dst.Scales[i], dst.Zeros[i] = p.Scale, p.Zero
