@@ -113,9 +113,16 @@ func TestW4A8ZPDecode(t *testing.T) {
 	}
 }
 
-// TestW4A8ZPRefusals: group sizes outside the list are usage errors.
+// TestW4A8ZPRefusals: group sizes outside the list are usage errors; a
+// model the CPU kernel cannot take is refused before anything is written.
 func TestW4A8ZPRefusals(t *testing.T) {
-	checkRefused(t, Options{}, W4A8ZP{Group: 48}, true, []string{"--group 48"})
+	checkRefused(t, Options{}, W4A8ZP{Group: 48}, true, []string{"--group 48", "[32 64 128]"})
+	checkRefused(t, Options{Model: writeConfigOnly(t, map[string]any{"intermediate_size": 784})}, W4A8ZP{Group: 32}, false, []string{
+		"vLLM's CPU int4 kernel (CPUWNA16LinearKernel)",
+		"model.layers.0.mlp.down_proj.weight [256, 784] (N=256 out, K=784 in): K=784 is not a multiple of 32",
+		"model.layers.0.mlp.gate_proj.weight [784, 256] (N=784 out, K=256 in): N=784 is not a multiple of 32"})
+	checkRefused(t, Options{Model: writeConfigOnly(t, map[string]any{"intermediate_size": 800})}, W4A8ZP{Group: 128}, false, []string{
+		"--group 128 does not divide K=800"})
 }
 
 // TestReadW4A8ZP: the reader gives exactly the test decoder's (q - z) *
