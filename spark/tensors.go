@@ -189,7 +189,7 @@ type QuantizedError struct {
 // quantFormats names the formats sparkconv writes, by quant_method.
 var quantFormats = map[string]string{
 	"gptq":               "a GPTQ 4-bit checkpoint (W4A8 for vLLM's CPU kernel)",
-	"compressed-tensors": "a compressed-tensors W8A8 int8 checkpoint",
+	"compressed-tensors": "a compressed-tensors checkpoint (int8 W8A8 or int4 with zero points)",
 	"cpu_int4":           "a tinygemm W4A16 (cpu_int4) checkpoint",
 }
 

@@ -197,4 +197,13 @@ func TestForwardQuantized(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
 	}
+	zp := filepath.Join(dir, "zp")
+	mustRun(t, "w4a8-zp", "--model", m, "--out", zp, "--group", "32", "--rtn")
+	if out := mustRun(t, "forward", "--model", zp, "--ids", "1,2,3"); !strings.Contains(out, "compressed-tensors int4 with zero points g32 (W4A8") {
+		t.Errorf("forward output does not name the w4a8-zp format:\n%s", out)
+	}
+	_, errOut, code := run(t, "w4a8-zp", "--model", zp, "--out", filepath.Join(dir, "zz"))
+	if code != 1 || !strings.Contains(errOut, "is a compressed-tensors checkpoint (int8 W8A8 or int4 with zero points); give the original") {
+		t.Errorf("w4a8-zp of a w4a8-zp output: exit %d, stderr %q", code, errOut)
+	}
 }
