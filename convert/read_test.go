@@ -179,7 +179,7 @@ func TestRefuseQuantizedInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Convert(context.Background(), Options{Model: out, Out: filepath.Join(t.TempDir(), "again"), Quiet: true}, W8A8{}, nil)
-	if err == nil || !strings.Contains(err.Error(), "compressed-tensors W8A8") || !strings.Contains(err.Error(), "give the original") || strings.Contains(err.Error(), "\n") {
+	if err == nil || !strings.Contains(err.Error(), "a compressed-tensors checkpoint (int8 W8A8") || !strings.Contains(err.Error(), "give the original") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("err = %v", err)
 	}
 }

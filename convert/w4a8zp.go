@@ -27,13 +27,13 @@ import (
 var W4A8ZPGroupSizes = []int{32, 64, 128}
 
 // W4A8ZP is the compressed-tensors int4 output with zero points (a
-// Format): the 5 linears of every layer become weight_packed,
-// weight_scale, weight_zero_point and weight_shape; everything else is
-// copied bit for bit. The head stays float: vLLM's compressed-tensors
-// schemes leave lm_head to its unquantized path.
+// Format): the 5 linears of every layer (and the head with QuantHead)
+// become weight_packed, weight_scale, weight_zero_point and weight_shape;
+// everything else is copied bit for bit.
 type W4A8ZP struct {
-	Group    int  // 32, 64 or 128
-	NoSearch bool // plain min/max parameters instead of the MSE search
+	Group     int  // 32, 64 or 128
+	QuantHead bool // quantize the output head (untying it; vLLM matches it by the "lm_head" target)
+	NoSearch  bool // plain min/max parameters instead of the MSE search
 	// Chooser, if set, chooses the codes instead of round-to-nearest (on
 	// the integer-zero grid; it must fill Codes, Scales and Zeros).
 	Chooser CodeChooser
@@ -77,8 +77,11 @@ func (f W4A8ZP) Grid(act dtype.DType) GridSpec {
 // otherwise.
 func (W4A8ZP) InputAct(act dtype.DType) forward.Act { return W4A8{}.InputAct(act) }
 
-// Targets are the 5 linears of every layer, less the kept ones.
-func (f W4A8ZP) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, false)) }
+// Targets are the 5 linears of every layer and, with QuantHead, the head,
+// less the kept ones.
+func (f W4A8ZP) Targets(cfg *spark.Config) []Target {
+	return f.Keep.without(Targets(cfg, f.QuantHead))
+}
 
 // Method names the chooser.
 func (f W4A8ZP) Method() string { return f.chooser().Method() }
@@ -86,7 +89,7 @@ func (f W4A8ZP) Method() string { return f.chooser().Method() }
 // Settings are the 4-bit settings, a warning when vLLM will not run the
 // W4A8 kernel, and the kept linears.
 func (f W4A8ZP) Settings(b *Build) map[string]any {
-	s := int4Settings(b.Grid, false)
+	s := int4Settings(b.Grid, f.QuantHead)
 	if b.Act != dtype.BF16 {
 		s["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", b.Act)
 	}
@@ -106,10 +109,15 @@ func (f W4A8ZP) Config(b *Build) map[string]any {
 }
 
 // Check refuses a model vLLM's CPU kernel cannot take: K and N multiples
-// of 32 (CPUWNA16LinearKernel.can_implement) and a group that divides K.
+// of 32 (CPUWNA16LinearKernel.can_implement) and a group that divides K;
+// for a quantized head, a vocabulary that is a multiple of 64.
 func (f W4A8ZP) Check(cfg *spark.Config) error {
-	err := CheckTargets("vLLM's CPU int4 kernel (CPUWNA16LinearKernel)", Targets(cfg, false), func(t Target) []string {
-		return cpuWNA16Shape(t, f.Group, W4A8ZPGroupSizes)
+	err := CheckTargets("vLLM's CPU int4 kernel (CPUWNA16LinearKernel)", Targets(cfg, f.QuantHead), func(t Target) []string {
+		why := cpuWNA16Shape(t, f.Group, W4A8ZPGroupSizes)
+		if t.Module == "lm_head" && t.N%64 != 0 {
+			why = append(why, fmt.Sprintf("vocab_size %d is not a multiple of 64: vLLM pads the LM head's vocabulary to a multiple of 64, and weight_zero_point is packed along it; drop --quant-head", t.N))
+		}
+		return why
 	})
 	if err != nil {
 		return err
@@ -118,9 +126,11 @@ func (f W4A8ZP) Check(cfg *spark.Config) error {
 }
 
 // QuantConfig is the quantization_config: one config group of int4
-// asymmetric group-wise static weights, no activation scheme (vLLM picks
-// the activation path at load), format pack-quantized, g_proj, lm_head and
-// the kept linears ignored; meta records what chose the codes.
+// asymmetric group-wise static weights targeting Linear (and lm_head by
+// name with QuantHead: vLLM's ParallelLMHead is no Linear), no activation
+// scheme (vLLM picks the activation path at load), format pack-quantized,
+// g_proj, the kept linears and a float lm_head ignored; the sparkconv key
+// records what chose the codes.
 func (f W4A8ZP) QuantConfig(cal *Calibration, version string) map[string]any {
 	weights := map[string]any{
 		"num_bits": 4, "type": "int", "symmetric": false, "group_size": f.Group,
@@ -132,9 +142,13 @@ func (f W4A8ZP) QuantConfig(cal *Calibration, version string) map[string]any {
 	if cal != nil {
 		calMeta(meta, cal)
 	}
+	targets, ignore := []string{"Linear"}, []string{"lm_head", "re:.*g_proj$"}
+	if f.QuantHead {
+		targets, ignore = []string{"Linear", "lm_head"}, ignore[1:]
+	}
 	return map[string]any{
 		"config_groups": map[string]any{"group_0": map[string]any{
-			"targets":            []string{"Linear"},
+			"targets":            targets,
 			"weights":            weights,
 			"input_activations":  nil,
 			"output_activations": nil,
@@ -142,7 +156,7 @@ func (f W4A8ZP) QuantConfig(cal *Calibration, version string) map[string]any {
 		}},
 		"format":                   "pack-quantized",
 		"global_compression_ratio": nil,
-		"ignore":                   append([]string{"lm_head", "re:.*g_proj$"}, f.Keep.Modules()...),
+		"ignore":                   append(ignore, f.Keep.Modules()...),
 		"kv_cache_scheme":          nil,
 		"quant_method":             "compressed-tensors",
 		"quantization_status":      "compressed",
@@ -216,14 +230,16 @@ func zeroPoints(r *quant.Int4Result) []uint8 {
 // w4a8zpReader reads the checkpoint back as vLLM dequantizes it:
 // w = (q - z) * scale per group, the input rule of W4A8ZP.InputAct.
 type w4a8zpReader struct {
-	group  int
-	act    dtype.DType
-	ignore excluded
+	group     int
+	quantHead bool // a config group targets lm_head
+	act       dtype.DType
+	ignore    excluded
 }
 
 func newW4A8ZPReader(qc json.RawMessage, act dtype.DType, ign excluded) (formatReader, error) {
 	var c struct {
 		Groups map[string]struct {
+			Targets []string `json:"targets"`
 			Weights struct {
 				NumBits  int    `json:"num_bits"`
 				Type     string `json:"type"`
@@ -247,7 +263,8 @@ func newW4A8ZPReader(qc json.RawMessage, act dtype.DType, ign excluded) (formatR
 		return nil, fmt.Errorf("compressed-tensors pack-quantized: only sparkconv's w4a8-zp is read (int4, symmetric false, strategy group, a group size that is a multiple of 8, no actorder, no activation scheme); got num_bits %d, type %q, strategy %q, symmetric %v, group_size %d",
 			w.NumBits, w.Type, w.Strategy, w.Sym, w.Group)
 	}
-	return w4a8zpReader{group: w.Group, act: act, ignore: ign}, nil
+	head := slices.Contains(g.Targets, "lm_head") && !ign.match("lm_head")
+	return w4a8zpReader{group: w.Group, quantHead: head, act: act, ignore: ign}, nil
 }
 
 func (r w4a8zpReader) describe() string {
@@ -255,12 +272,16 @@ func (r w4a8zpReader) describe() string {
 	if r.act != dtype.BF16 {
 		kernel = fmt.Sprintf("W4A16 path for a %s model", r.act)
 	}
-	return fmt.Sprintf("compressed-tensors int4 with zero points g%d (%s)", r.group, kernel)
+	head := ""
+	if r.quantHead {
+		head = ", quantized head"
+	}
+	return fmt.Sprintf("compressed-tensors int4 with zero points g%d (%s%s)", r.group, kernel, head)
 }
 
 func (r w4a8zpReader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {
 	mod := s.Module()
-	if s.Kind != spark.KindLinear || r.ignore.match(mod) {
+	if s.Kind == spark.KindHead && !r.quantHead || s.Kind != spark.KindLinear && s.Kind != spark.KindHead || r.ignore.match(mod) {
 		return false, nil
 	}
 	n, k := s.Shape[0], s.Shape[1]

@@ -70,10 +70,11 @@ func readZP(t *testing.T, ck *safetensors.Checkpoint, module string, n, k, g int
 // tensors' asymmetric group-wise pack-quantized scheme; the rest is copied.
 func TestW4A8ZPDecode(t *testing.T) {
 	for _, g := range []int{32, 64, 128} {
+		head := g == 64 // the head quantized at one group size
 		t.Run("g"+strconv.Itoa(g), func(t *testing.T) {
 			in := fixturestest.Tiny(t, false)
 			out := filepath.Join(t.TempDir(), "zp")
-			rep := runConvert(t, Options{Model: in, Out: out}, W4A8ZP{Group: g})
+			rep := runConvert(t, Options{Model: in, Out: out}, W4A8ZP{Group: g, QuantHead: head})
 			qc := readConfig(t, out)["quantization_config"].(map[string]any)
 			if qc["quant_method"] != "compressed-tensors" || qc["format"] != "pack-quantized" {
 				t.Errorf("quant_method %v, format %v", qc["quant_method"], qc["format"])
@@ -84,12 +85,17 @@ func TestW4A8ZPDecode(t *testing.T) {
 					t.Errorf("weights.%s = %v, want %v", key, w[key], want)
 				}
 			}
+			group := qc["config_groups"].(map[string]any)["group_0"].(map[string]any)
+			ignore := qc["ignore"].([]any)
+			if wantT, wantI := map[bool]int{false: 1, true: 2}[head], map[bool]int{false: 2, true: 1}[head]; len(group["targets"].([]any)) != wantT || len(ignore) != wantI || head == (ignore[0] == "lm_head") {
+				t.Errorf("quant head %v: targets %v, ignore %v", head, group["targets"], ignore)
+			}
 			src, dst := openConverted(t, in, out)
 			reported := map[string]TensorReport{}
 			for _, r := range rep.Tensors {
 				reported[r.Name] = r
 			}
-			targets := Targets(src.Config, false)
+			targets := Targets(src.Config, head)
 			var gain float64
 			zeros := map[int]int{}
 			for _, tg := range targets {
@@ -108,7 +114,7 @@ func TestW4A8ZPDecode(t *testing.T) {
 				t.Errorf("the search gained %.3f dB on average, want >= 0.2", gain)
 			}
 			t.Logf("g%d: SNR mean %.2f dB (plain %.2f), zero points used %d", g, rep.Totals.MeanSNRdB, rep.Totals.PlainMeanSNRdB, len(zeros))
-			checkCopied(t, src, dst, rep, targets, false)
+			checkCopied(t, src, dst, rep, targets, head)
 		})
 	}
 }
@@ -123,6 +129,8 @@ func TestW4A8ZPRefusals(t *testing.T) {
 		"model.layers.0.mlp.gate_proj.weight [784, 256] (N=784 out, K=256 in): N=784 is not a multiple of 32"})
 	checkRefused(t, Options{Model: writeConfigOnly(t, map[string]any{"intermediate_size": 800})}, W4A8ZP{Group: 128}, false, []string{
 		"--group 128 does not divide K=800"})
+	checkRefused(t, Options{Model: writeConfigOnly(t, map[string]any{"vocab_size": 544})}, W4A8ZP{Group: 128, QuantHead: true}, false, []string{
+		"vocab_size 544 is not a multiple of 64"})
 }
 
 // TestReadW4A8ZP: the reader gives exactly the test decoder's (q - z) *
@@ -130,14 +138,18 @@ func TestW4A8ZPRefusals(t *testing.T) {
 func TestReadW4A8ZP(t *testing.T) {
 	in := fixturestest.Tiny(t, false)
 	out := filepath.Join(t.TempDir(), "zp")
-	runConvert(t, Options{Model: in, Out: out}, W4A8ZP{Group: 32})
+	runConvert(t, Options{Model: in, Out: out}, W4A8ZP{Group: 32, QuantHead: true})
 	w := openQuant(t, out)
 	ck, err := safetensors.OpenDir(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	for _, tg := range Targets(w.Config(), false) {
+	targets := Targets(w.Config(), true)
+	if targets[len(targets)-1].Module != "lm_head" {
+		t.Fatalf("last target %v, want the head", targets[len(targets)-1])
+	}
+	for _, tg := range targets {
 		got, act := dequant(t, w, tg.Source, tg.N, tg.K)
 		if act != (forward.Act{DType: dtype.BF16, Int8: forward.Int8VLLMRow}) {
 			t.Errorf("%s: activation rule %v", tg.Source, act)

@@ -86,7 +86,7 @@ func (W8A8) InputAct(act dtype.DType) forward.Act {
 }
 
 // Targets are the 5 linears of every layer, less the kept ones (the head
-// never: vLLM's compressed-tensors scheme ignores lm_head).
+// stays float).
 func (f W8A8) Targets(cfg *spark.Config) []Target { return f.Keep.without(Targets(cfg, false)) }
 
 // Method is round to nearest's rule.

@@ -27,7 +27,7 @@ def test_compressed_tensors_loads_w4a8_zp(work, preset, untied):
 
     transformers = need("transformers")
 
-    out = work.convert("w4a8-zp", preset, untied, "--group", "32")
+    out = work.convert("w4a8-zp", preset, untied, "--group", "32", "--quant-head")
     orig = load_safetensors(work.model(preset, untied))
     sd = load_safetensors(out)
     cfg = config(out)
@@ -48,7 +48,8 @@ def test_compressed_tensors_loads_w4a8_zp(work, preset, untied):
     quantized = {n for n, m in model.named_modules() if getattr(m, "quantization_scheme", None) is not None}
     layers = [f"model.layers.{i}" for i in range(cfg["num_hidden_layers"])]
     expect = {f"{l}.{m}" for l in layers for m in ("self_attn.q_k_v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
-    assert quantized == expect, "ignore list must keep every g_proj and lm_head float, quantize the rest"
+    assert quantized == expect | {"lm_head"}, "the config must quantize the 5 linears of every layer and lm_head (by name), no g_proj"
+    assert cfg["tie_word_embeddings"] is False and torch.equal(sd["model.embed_tokens.weight"], orig["model.embed_tokens.weight"])
     for l in layers:
         g = f"{l}.self_attn.g_proj.weight"
         assert torch.equal(sd[g], orig[g]), f"{g} must be copied bit for bit"
@@ -59,10 +60,11 @@ def test_compressed_tensors_loads_w4a8_zp(work, preset, untied):
     for name, module in model.named_modules():
         if name not in quantized:
             continue
+        source = f"{name}.weight" if name != "lm_head" or untied else "model.embed_tokens.weight"  # the tied head's own weights
         local = {k: sd[f"{name}.{k}"] for k in ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape")}
         assert f"{name}.weight" not in sd
         w = compressor.decompress(local, module.quantization_scheme)["weight"]
-        assert w.shape == orig[f"{name}.weight"].shape and w.dtype == local["weight_scale"].dtype
+        assert w.shape == orig[source].shape and w.dtype == local["weight_scale"].dtype
         # Our reading of the bytes, independent of the library's unpacker.
         n, k = w.shape
         packed = local["weight_packed"].to(torch.int64) & 0xFFFFFFFF
@@ -75,10 +77,10 @@ def test_compressed_tensors_loads_w4a8_zp(work, preset, untied):
         ours = exact.to(w.dtype)
         mismatched = int((w.view(torch.int16) != ours.view(torch.int16)).sum())
         assert mismatched == 0, f"{name}: {mismatched} weights differ from (q - z) * scale"
-        claimed = rep[f"{name}.weight"]["snr_db"]
-        s32 = snr_db(orig[f"{name}.weight"].float(), exact)
+        claimed = rep[source]["snr_db"]
+        s32 = snr_db(orig[source].float(), exact)
         assert abs(s32 - claimed) < 1e-6, f"{name}: (q - z) * scale gives {s32:.6f} dB, report says {claimed:.6f}"
-        snrs.append(snr_db(orig[f"{name}.weight"].float(), w.float()))
+        snrs.append(snr_db(orig[source].float(), w.float()))
     assert len(zeros_seen) >= 8, f"zero points take only {sorted(zeros_seen)}"
     report(
         "w4a8-zp",

@@ -57,7 +57,7 @@ var goldenRuns = []struct {
 	{"w4a16 --rtn --quant-head", []string{"w4a16", "--rtn", "--quant-head", "--model", "MODEL", "--out", "OUT"}, nil, nil},
 	{"gptq --rtn --quant-head", []string{"gptq", "--rtn", "--quant-head", "--model", "MODEL", "--out", "OUT"}, nil, nil},
 	{"gptq --quant-head (calibrated)", []string{"gptq", "--quant-head", "--model", "MODEL", "--out", "OUT"}, nil, nil},
-	{"w4a8-zp --rtn --group 32", []string{"w4a8-zp", "--rtn", "--group", "32", "--model", "MODEL", "--out", "OUT"}, nil, nil},
+	{"w4a8-zp --rtn --group 32 --quant-head", []string{"w4a8-zp", "--rtn", "--group", "32", "--quant-head", "--model", "MODEL", "--out", "OUT"}, nil, nil},
 	{"w4a8-zp (calibrated)", []string{"w4a8-zp", "--model", "MODEL", "--out", "OUT"}, nil, nil},
 	{"calibrate", []string{"calibrate", "--model", "MODEL", "--samples", goldenSamples, "--out", "OUT"}, nil, nil},
 	{"export-onnx", []string{"export-onnx", "--model", "MODEL", "--out", "OUT"}, nil, nil},
