@@ -27,7 +27,7 @@ var Priorities = []string{"speed", "fidelity", "size"}
 
 // The weight paths.
 const (
-	PathW4A8  = "w4a8-gptq"
+	PathW4A8  = "w4a8-zp"
 	PathW4A16 = "w4a16"
 	PathONNX  = "onnx-w8a16"
 	// PathONNXW4 is the phone path at --priority size: the decode-step
@@ -132,17 +132,18 @@ type Choice struct {
 // to Spark, group 64, testdata/real/heldout.txt, each command at its
 // defaults).
 const (
-	rotatedW4A8 = "built from the rotated checkpoint (rotate, without down_proj smoothing, which costs int4 down_proj more than int8 activations gain) at group 32, with the 16 linears whose int4 weights and int8 inputs cost most kept in bf16 (--keep-float 16, measured on calibration text; their bytes are read every token, so decode reads 1.4x the weight bytes of a group-128 build: 5.9 bits a layer weight against about 4.2): on a real model (head bf16) mean KLD 0.052 on held-out text and 0.072 on agent transcripts nobody tuned on, 1.22x and 1.19x W4A16 at group 64 (0.042, 0.061), at 5.9 bits a layer weight against W4A16's 4.5 (at group 64 with none kept: 0.078 and 0.110, 4.35 bits)"
+	rotatedW4A8 = "built from the rotated checkpoint (rotate, without down_proj smoothing, which costs int4 down_proj more than int8 activations gain) on the grid with an integer zero point per group (w4a8-zp: 8 % below gptq's symmetric grid at the same recipe) at group 32, with the 16 linears whose int4 weights and int8 inputs cost most kept in bf16 (--keep-float 16, measured on calibration text; their bytes are read every token, so decode reads 1.4x the weight bytes of a group-128 build: 5.9 bits a layer weight against about 4.2): on a real model with its head in bf16, mean KLD 0.048 on held-out text and 0.068 on agent transcripts nobody tuned on, 1.13x and 1.12x W4A16 at group 64 (0.042, 0.061), at 5.9 bits a layer weight against W4A16's 4.5 (gptq with the same recipe: 0.052 and 0.072; at group 64 with none kept: 0.075 and 0.102, 4.31 bits); with the head quantized as built here, 0.057 and 0.078 (gptq: 0.062 and 0.083)"
 	plainW4A16  = "built from the checkpoint as it is, with act-order (w4a16's default): mean KLD 0.042 on a real model's held-out text and 0.061 on agent transcripts nobody tuned on, where rotating it first (rotate, with down_proj smoothing) gives 0.062 and 0.088"
-	// What vLLM's CPU GPTQ kernel (CPUWNA16LinearKernel, vLLM 0.33 and
-	// 0.34) does with a gptq checkpoint, and what tinygemm does with w4a16.
-	runsW4A8     = "vLLM (0.33 and later) CPUWNA16LinearKernel: int4_scaled_mm_cpu on AMX tiles, activations quantized per row to int8, when the model is bf16 and VLLM_CPU_INT4_W4A8 is on (its default); otherwise the same checkpoint runs on cpu_gemm_wna16 with bf16 activations"
+	// What vLLM's CPU int4 kernel (CPUWNA16LinearKernel, vLLM 0.33 and
+	// 0.34) does with a w4a8-zp checkpoint, and what tinygemm does with
+	// w4a16.
+	runsW4A8     = "vLLM (0.33 and later) loads it as compressed-tensors uint4 with zero points (the head by its lm_head target) on CPUWNA16LinearKernel: int4_scaled_mm_cpu on AMX tiles, activations quantized per row to int8, when the model is bf16 and VLLM_CPU_INT4_W4A8 is on (its default); otherwise the same checkpoint runs on cpu_gemm_wna16 with bf16 activations"
 	runsTinygemm = "torch's tinygemm int4 kernel (_weight_int4pack_mm_for_cpu) with bf16 activations, the weights in the layout --pack names"
 	gptqNoAMX    = "the gptq (W4A8) checkpoint loads here too: without AMX vLLM runs it on cpu_gemm_wna16 (the \"vec\" ISA) with bf16 activations, so it scores as its weights alone, not as W4A8 (on the real model its int8 activations cost 1.3-1.4x the weights-only mean KLD); w4a16's asymmetric grid stays the more faithful build"
 	runsQNN      = "Qualcomm's QNN HTP backend (through AI Hub or qnn-context-binary-generator), the host driving the decode-step graphs with their KV caches"
-	sizeCPU      = "size first: the CPU builds are 4-bit at group 128 alike (about 4.2 bits a layer weight: gptq's scale and packed zero point, w4a16's bf16 scale and zero point per group of 128), so size picks what speed picks"
-	amxW4A8      = "AMX (amx_tile, amx_int8): vLLM's CPU GPTQ path runs the W4A8 kernel int4_scaled_mm_cpu on AMX tiles for a bf16 model, the fastest CPU path"
-	sizeAMX      = "size first: the W4A8 build at group 128 with no linear kept in float, about 4.2 bits a layer weight (gptq's fp16 scale and packed zero point per group of 128), the smallest CPU build; it gives up what the smaller groups and the kept linears buy (on the real model at group 64, whose 576 columns take no group of 128, mean KLD 0.078 on held-out text and 0.110 on agent transcripts, against the speed build's 0.052 and 0.072)"
+	sizeCPU      = "size first: the CPU builds are 4-bit at group 128 alike (about 4.2 bits a layer weight: w4a8-zp's bf16 scale and 4-bit zero point, w4a16's bf16 scale and zero point per group of 128), so size picks what speed picks"
+	amxW4A8      = "AMX (amx_tile, amx_int8): vLLM's CPU int4 path runs the W4A8 kernel int4_scaled_mm_cpu on AMX tiles for a bf16 model, the fastest CPU path"
+	sizeAMX      = "size first: the W4A8 build at group 128 with no linear kept in float, about 4.2 bits a layer weight (a bf16 scale and a 4-bit zero point per group of 128), the smallest CPU build; it gives up what the smaller groups and the kept linears buy (on the real model at group 64, whose 576 columns take no group of 128, head bf16, mean KLD 0.075 on held-out text and 0.102 on agent transcripts, against the speed build's 0.048 and 0.068)"
 	sizeQNN      = "phone, size first: the decode-step export quantized as the w4a16-lpbq bundle, Qualcomm's LLM recipe (4-bit layer weights in AIMET LPBQ blocks of 64, the head's weights and the KV cache at 8 bits, 16-bit activations), half the w8a16 bundle's layer weight bytes on the device; qnn-bundle rebuilds a layer with 8-bit weights where its worst held-out sequence falls under 20 dB (--promote-below); it costs fidelity: on a real model (rotated, export at context 1024, qnn-bundle's defaults) one layer is promoted and every layer simulates at 20.4 dB or more on each held-out sequence against w8a16's 34.5, and eval gives a mean KLD of 0.22 and perplexity x1.22 on held-out text against the same recipe's w8a16 bundle's 0.0060 and x1.004 (--promote-below 24: nine layers at 8 bits, 0.14 and x1.12)"
 	rotatedQNN   = "built from the rotated checkpoint with down_proj smoothing (rotate): on a real model every layer of the w8a16 bundle simulates at 34.5 dB or more on each held-out sequence (prose, chat with tool calls and JSON, code), against 16.5 dB at worst unrotated (12 layers under 30 on some sequence, refused by the 20 dB bar)"
 )
@@ -211,9 +212,9 @@ func Choose(target, priority, model string) (Choice, error) {
 }
 
 // w4a8Command is the W4A8 build: rotate without down_proj smoothing,
-// then gptq at group with keep linears kept in bf16 (0: none).
+// then w4a8-zp at group with keep linears kept in bf16 (0: none).
 func w4a8Command(model, out string, group, keep int) string {
-	cmd := fmt.Sprintf("sparkconv rotate --model %s --out %s-rot --smooth-down 0 && sparkconv gptq --model %s-rot --out %s-gptq --group %d --quant-head", model, out, out, out, group)
+	cmd := fmt.Sprintf("sparkconv rotate --model %s --out %s-rot --smooth-down 0 && sparkconv w4a8-zp --model %s-rot --out %s-w4a8-zp --group %d --quant-head", model, out, out, out, group)
 	if keep > 0 {
 		cmd += fmt.Sprintf(" --keep-float %d", keep)
 	}

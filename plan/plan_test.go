@@ -88,10 +88,10 @@ func TestChooseTargets(t *testing.T) {
 	// and takes group 128, on the same kernel.
 	speed, _ := Choose("x86-amx", "speed", "M")
 	size, err := Choose("x86-amx", "size", "M")
-	if want := "sparkconv gptq --model M-rot --out M-gptq --group 32 --quant-head --keep-float 16"; !strings.HasSuffix(speed.Command, want) {
+	if want := "sparkconv w4a8-zp --model M-rot --out M-w4a8-zp --group 32 --quant-head --keep-float 16"; !strings.HasSuffix(speed.Command, want) {
 		t.Errorf("x86-amx, speed: command %q, want it to end %q", speed.Command, want)
 	}
-	if want := "sparkconv gptq --model M-rot --out M-gptq --group 128 --quant-head"; err != nil || !strings.HasSuffix(size.Command, want) ||
+	if want := "sparkconv w4a8-zp --model M-rot --out M-w4a8-zp --group 128 --quant-head"; err != nil || !strings.HasSuffix(size.Command, want) ||
 		size.Path != PathW4A8 || size.Runs != speed.Runs || !strings.HasPrefix(size.Why, "size first") {
 		t.Errorf("x86-amx, size: %+v (%v), want a command ending %q", size, err, want)
 	}

@@ -74,7 +74,7 @@ func TestPlanCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &c); err != nil {
 		t.Fatal(err)
 	}
-	if c["path"] != "w4a8-gptq" || c["verified"] != true || !strings.HasPrefix(c["command"].(string), "sparkconv rotate --model /m --out /m-rot --smooth-down 0 && sparkconv gptq --model /m-rot ") || c["why"] == "" {
+	if c["path"] != "w4a8-zp" || c["verified"] != true || !strings.HasPrefix(c["command"].(string), "sparkconv rotate --model /m --out /m-rot --smooth-down 0 && sparkconv w4a8-zp --model /m-rot ") || c["why"] == "" {
 		t.Errorf("plan: %v", c)
 	}
 	if _, ok := c["kernels"]; ok {
