@@ -21,9 +21,9 @@ const refineRows = 256
 // groups); once the codes are known, the parameters that serve them best
 // under H follow by least squares. This is exact block coordinate descent
 // on that convex quadratic: each group's (scale, zero) step solves its
-// 2x2 (1x1 on the symmetric and int8 grids) normal equations given the
-// other groups, and the residual's product with H is kept up to date with
-// one GEMM per group. The new parameters are rounded to the grid's dtype
+// 2x2 (1x1 on the symmetric, integer-zero and int8 grids: the scale alone)
+// normal equations given the other groups, and the residual's product with
+// H is kept up to date with one GEMM per group. The new parameters are rounded to the grid's dtype
 // before they count, so the loss never rises by more than that rounding.
 // With recode, each of the sweeps first revisits the codes, on the 4-bit
 // grids, with the parameters held (recode: coordinate descent over each row's codes,
