@@ -122,7 +122,7 @@ type Choice struct {
 	// the activations they compute in.
 	Runs string `json:"runs"`
 	// GPTQHere, on an x86 target without AMX, is what vLLM does with the
-	// gptq (W4A8) checkpoint there: it runs, as W4A16.
+	// W4A8 checkpoints (w4a8-zp, gptq) there: they run, as W4A16.
 	GPTQHere string `json:"gptq_here,omitempty"`
 	Verified bool   `json:"verified"`
 }
@@ -139,7 +139,7 @@ const (
 	// w4a16.
 	runsW4A8     = "vLLM (0.33 and later) loads it as compressed-tensors uint4 with zero points (the head by its lm_head target) on CPUWNA16LinearKernel: int4_scaled_mm_cpu on AMX tiles, activations quantized per row to int8, when the model is bf16 and VLLM_CPU_INT4_W4A8 is on (its default); otherwise the same checkpoint runs on cpu_gemm_wna16 with bf16 activations"
 	runsTinygemm = "torch's tinygemm int4 kernel (_weight_int4pack_mm_for_cpu) with bf16 activations, the weights in the layout --pack names"
-	gptqNoAMX    = "the gptq (W4A8) checkpoint loads here too: without AMX vLLM runs it on cpu_gemm_wna16 (the \"vec\" ISA) with bf16 activations, so it scores as its weights alone, not as W4A8 (on the real model its int8 activations cost 1.3-1.4x the weights-only mean KLD); w4a16's asymmetric grid stays the more faithful build"
+	gptqNoAMX    = "the W4A8 checkpoints (w4a8-zp, gptq) load here too: without AMX vLLM runs them on cpu_gemm_wna16 (the \"vec\" ISA) with bf16 activations, so they score as their weights alone, not as W4A8 (on the real model int8 activations cost 1.3-1.4x the weights-only mean KLD of either); w4a16's float-zero grid stays the more faithful build"
 	runsQNN      = "Qualcomm's QNN HTP backend (through AI Hub or qnn-context-binary-generator), the host driving the decode-step graphs with their KV caches"
 	sizeCPU      = "size first: the CPU builds are 4-bit at group 128 alike (about 4.2 bits a layer weight: w4a8-zp's bf16 scale and 4-bit zero point, w4a16's bf16 scale and zero point per group of 128), so size picks what speed picks"
 	amxW4A8      = "AMX (amx_tile, amx_int8): vLLM's CPU int4 path runs the W4A8 kernel int4_scaled_mm_cpu on AMX tiles for a bf16 model, the fastest CPU path"
