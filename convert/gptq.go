@@ -94,12 +94,30 @@ func (f W4A8) Method() string { return f.chooser().Method() }
 
 // Settings are the 4-bit settings, a warning when vLLM will not run the
 // W4A8 kernel (a model that is not bf16), and the kept linears.
-func (f W4A8) Settings(b *Build) map[string]any {
-	s := int4Settings(b.Grid, f.QuantHead)
+func (f W4A8) Settings(b *Build) map[string]any { return cpuInt4Settings(b, f.QuantHead, f.Keep) }
+
+// cpuInt4Settings are the settings of a checkpoint for vLLM's CPU int4
+// kernel (gptq, w4a8-zp): the 4-bit settings, a warning when vLLM will
+// not run its W4A8 path (a model that is not bf16), and the kept linears.
+func cpuInt4Settings(b *Build, quantHead bool, keep *KeepFloat) map[string]any {
+	s := int4Settings(b.Grid, quantHead)
 	if b.Act != dtype.BF16 {
 		s["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", b.Act)
 	}
-	return f.Keep.settings(s)
+	return keep.settings(s)
+}
+
+// cpuInt4Kernel names the kernel vLLM's CPU int4 path runs for a model of
+// dtype act, and the quantized head, for a reader's describe.
+func cpuInt4Kernel(act dtype.DType, quantHead bool) string {
+	kernel := "W4A8, int8 per-token activations"
+	if act != dtype.BF16 {
+		kernel = fmt.Sprintf("W4A16 path for a %s model", act)
+	}
+	if quantHead {
+		kernel += ", quantized head"
+	}
+	return kernel
 }
 
 // Tensors are the four GPTQ tensors of every target (GPTQParts), the rest
@@ -267,19 +285,8 @@ func newGPTQReader(qc json.RawMessage, act dtype.DType) (formatReader, error) {
 	return gptqReader{group: c.Group, quantHead: c.Head, act: act, float: float}, nil
 }
 
-// w4a8 reports whether vLLM runs the W4A8 kernel (bf16 model).
-func (r gptqReader) w4a8() bool { return r.act == dtype.BF16 }
-
 func (r gptqReader) describe() string {
-	kernel := "W4A8, int8 per-token activations"
-	if !r.w4a8() {
-		kernel = fmt.Sprintf("W4A16 path for a %s model", r.act)
-	}
-	head := ""
-	if r.quantHead {
-		head = ", quantized head"
-	}
-	return fmt.Sprintf("GPTQ 4-bit g%d (%s%s)", r.group, kernel, head)
+	return fmt.Sprintf("GPTQ 4-bit g%d (%s)", r.group, cpuInt4Kernel(r.act, r.quantHead))
 }
 
 func (r gptqReader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {

@@ -201,33 +201,49 @@ func b2i(b bool) int {
 	return 0
 }
 
-// TestReadGPTQ checks the GPTQ reader against the test decoder (readGPTQ)
-// on a --quant-head checkpoint, and the W4A8 activation rule of a bf16
-// model.
-func TestReadGPTQ(t *testing.T) {
-	in := fixturestest.Tiny(t, false)
-	out := filepath.Join(t.TempDir(), "gptq")
-	runConvert(t, Options{Model: in, Out: out}, W4A8{Group: 32, QuantHead: true})
-	w := openQuant(t, out)
-	ck, err := safetensors.OpenDir(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	targets := Targets(w.Config(), true)
-	for _, tg := range targets {
-		got, act := dequant(t, w, tg.Source, tg.N, tg.K)
-		if act != (forward.Act{DType: dtype.BF16, Int8: forward.Int8VLLMRow}) {
-			t.Errorf("%s: activation rule %v", tg.Source, act)
-		}
-		l := readGPTQ(t, ck, tg.Module, tg.N, tg.K, 32)
-		for i, v := range got {
-			if want := float32(l.value(i/tg.K, i%tg.K)); v != want {
-				t.Fatalf("%s[%d]: reader %g, test decoder %g", tg.Source, i, v, want)
+// TestReadCPUInt4 checks the readers of vLLM's CPU int4 checkpoints (GPTQ,
+// w4a8-zp) against their test decoders (readGPTQ, readZP) on --quant-head
+// checkpoints, and the W4A8 activation rule of a bf16 model.
+func TestReadCPUInt4(t *testing.T) {
+	type decoded interface{ value(n, k int) float64 }
+	for _, c := range []struct {
+		name   string
+		f      Format
+		decode func(t *testing.T, ck *safetensors.Checkpoint, tg Target) decoded
+	}{
+		{"gptq", W4A8{Group: 32, QuantHead: true}, func(t *testing.T, ck *safetensors.Checkpoint, tg Target) decoded {
+			return readGPTQ(t, ck, tg.Module, tg.N, tg.K, 32)
+		}},
+		{"w4a8-zp", W4A8ZP{Group: 32, QuantHead: true}, func(t *testing.T, ck *safetensors.Checkpoint, tg Target) decoded {
+			return readZP(t, ck, tg.Module, tg.N, tg.K, 32)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := fixturestest.Tiny(t, false)
+			out := filepath.Join(t.TempDir(), c.name)
+			runConvert(t, Options{Model: in, Out: out}, c.f)
+			w := openQuant(t, out)
+			ck, err := safetensors.OpenDir(out)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	if targets[len(targets)-1].Module != "lm_head" {
-		t.Errorf("last target %v, want the head", targets[len(targets)-1])
+			defer ck.Close()
+			targets := Targets(w.Config(), true)
+			if targets[len(targets)-1].Module != "lm_head" {
+				t.Fatalf("last target %v, want the head", targets[len(targets)-1])
+			}
+			for _, tg := range targets {
+				got, act := dequant(t, w, tg.Source, tg.N, tg.K)
+				if act != (forward.Act{DType: dtype.BF16, Int8: forward.Int8VLLMRow}) {
+					t.Errorf("%s: activation rule %v", tg.Source, act)
+				}
+				l := c.decode(t, ck, tg)
+				for i, v := range got {
+					if want := float32(l.value(i/tg.K, i%tg.K)); v != want {
+						t.Fatalf("%s[%d]: reader %g, test decoder %g", tg.Source, i, v, want)
+					}
+				}
+			}
+		})
 	}
 }

@@ -88,13 +88,7 @@ func (f W4A8ZP) Method() string { return f.chooser().Method() }
 
 // Settings are the 4-bit settings, a warning when vLLM will not run the
 // W4A8 kernel, and the kept linears.
-func (f W4A8ZP) Settings(b *Build) map[string]any {
-	s := int4Settings(b.Grid, f.QuantHead)
-	if b.Act != dtype.BF16 {
-		s["warning"] = fmt.Sprintf("the model's linears are %s: vLLM runs the W4A8 kernel only for bf16 models and will use its W4A16 path (cpu_gemm_wna16) instead", b.Act)
-	}
-	return f.Keep.settings(s)
-}
+func (f W4A8ZP) Settings(b *Build) map[string]any { return cpuInt4Settings(b, f.QuantHead, f.Keep) }
 
 // Tensors are the four tensors of every target (W4A8ZPParts), the rest
 // copied.
@@ -268,15 +262,7 @@ func newW4A8ZPReader(qc json.RawMessage, act dtype.DType, ign excluded) (formatR
 }
 
 func (r w4a8zpReader) describe() string {
-	kernel := "W4A8, int8 per-token activations"
-	if r.act != dtype.BF16 {
-		kernel = fmt.Sprintf("W4A16 path for a %s model", r.act)
-	}
-	head := ""
-	if r.quantHead {
-		head = ", quantized head"
-	}
-	return fmt.Sprintf("compressed-tensors int4 with zero points g%d (%s%s)", r.group, kernel, head)
+	return fmt.Sprintf("compressed-tensors int4 with zero points g%d (%s)", r.group, cpuInt4Kernel(r.act, r.quantHead))
 }
 
 func (r w4a8zpReader) parts(ck *safetensors.Checkpoint, s spark.TensorSpec) (bool, error) {
