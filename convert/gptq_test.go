@@ -53,16 +53,7 @@ func (l *gptqLinear) value(n, k int) float64 {
 
 func readGPTQ(t *testing.T, ck *safetensors.Checkpoint, module string, n, k, g int) *gptqLinear {
 	t.Helper()
-	get := func(suffix, dt string, shape ...int64) []byte {
-		info, raw, err := ck.Raw(module + "." + suffix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(info.DType) != dt || !reflect.DeepEqual(info.Shape, shape) {
-			t.Fatalf("%s.%s is %s%v, want %s%v", module, suffix, info.DType, info.Shape, dt, shape)
-		}
-		return raw
-	}
+	get := func(suffix, dt string, shape ...int64) []byte { return rawPart(t, ck, module, suffix, dt, shape...) }
 	groups := k / g
 	qw := get("qweight", "I32", int64(k/8), int64(n))
 	qz := get("qzeros", "I32", int64(groups), int64(n/8))

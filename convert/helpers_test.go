@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -266,4 +267,18 @@ func mustRead(t *testing.T, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// rawPart returns the bytes of module.suffix, failing unless its dtype and
+// shape are dt and shape (the test decoders' one way into a checkpoint).
+func rawPart(t *testing.T, ck *safetensors.Checkpoint, module, suffix, dt string, shape ...int64) []byte {
+	t.Helper()
+	info, raw, err := ck.Raw(module + "." + suffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(info.DType) != dt || !reflect.DeepEqual(info.Shape, shape) {
+		t.Fatalf("%s.%s is %s%v, want %s%v", module, suffix, info.DType, info.Shape, dt, shape)
+	}
+	return raw
 }

@@ -31,16 +31,7 @@ func (l *zpLinear) value(n, k int) float64 {
 
 func readZP(t *testing.T, ck *safetensors.Checkpoint, module string, n, k, g int) *zpLinear {
 	t.Helper()
-	get := func(suffix, dt string, shape ...int64) []byte {
-		info, raw, err := ck.Raw(module + "." + suffix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(info.DType) != dt || !reflect.DeepEqual(info.Shape, shape) {
-			t.Fatalf("%s.%s is %s%v, want %s%v", module, suffix, info.DType, info.Shape, dt, shape)
-		}
-		return raw
-	}
+	get := func(suffix, dt string, shape ...int64) []byte { return rawPart(t, ck, module, suffix, dt, shape...) }
 	groups := k / g
 	l := &zpLinear{n: n, k: k, g: g, q: make([]int, n*k), zero: make([]int, n*groups)}
 	packed := get("weight_packed", "I32", int64(n), int64(k/8))
