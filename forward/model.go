@@ -223,8 +223,8 @@ func (l *Layer) matMul(f int, c, a []float32, T, n, k int) {
 		}
 		l.packed[f] = p
 		kernels.LinearNTPacked(c, a, p, T)
-	case l.familyLinears:
-		kernels.LinearNT(c, a, *l.fields()[f], T, n, k)
+	// Below: the plain products, which are also the family's for one
+	// token (LinearNT is MatMulNT for m = 1).
 	case b != nil:
 		kernels.MatMulNTBF16(c, a, b, T, n, k)
 	default:

@@ -152,3 +152,24 @@ func TestBF16Fallback(t *testing.T) {
 	}
 	bitsEqual(t, "logits", a.Logits, b.Logits)
 }
+
+// TestFamilyLinearsOneToken checks that a model run with the family's
+// linear products (Options.FamilyLinears, GPTQ's calibration forward) on
+// the checkpoint's bf16 weights takes a one-token sequence (a sample's last
+// chunk may hold a single token): for T = 1 the family's product is
+// MatMulNT's, so the logits equal the plain model's bit for bit.
+func TestFamilyLinearsOneToken(t *testing.T) {
+	for _, name := range goldens {
+		t.Run(name, func(t *testing.T) {
+			run := func(opt Options) []float32 {
+				g := loadGolden(t, name, opt)
+				r, err := g.m.Prefill(g.ids[:1], PrefillOptions{Logits: AllLogits})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r.Logits
+			}
+			bitsEqual(t, "logits", run(Options{FamilyLinears: true}), run(Options{}))
+		})
+	}
+}
