@@ -140,7 +140,7 @@ func TestQNNBundleCommand(t *testing.T) {
 		strings.Repeat("東京都の天気は晴れです。明日は雨が降るでしょう。", 10), strings.Repeat(`{"a":`, 60),
 		strings.Repeat("zzzzzzzzzzzzzzzzzzzzzzzzzz ", 40)), "\n---\n")+"\n"), 0o644)
 	oddArgs := []string{"qnn-bundle", "--model", model, "--export", export, "--precision", "w8a16", "--headroom", "1", "--calib-sequences", "0",
-		"--positions", "4", "--observe", "32", "--held-out", "64", "--held-out-positions", "64", "--threads", "1", "--held-out-samples", odd}
+		"--positions", "4", "--observe", "16", "--held-out", "64", "--held-out-positions", "64", "--threads", "1", "--held-out-samples", odd}
 	stdout = mustRun(t, append(oddArgs, "--out", filepath.Join(dir, "odd"), "--force", "--json")...)
 	var ob qnnbundle.Bundle
 	if err := json.Unmarshal([]byte(stdout), &ob); err != nil {
