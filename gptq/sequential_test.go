@@ -21,6 +21,7 @@ import (
 	"sparkconv/outdir"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
+	"sparkconv/tokenizer"
 	"sparkconv/spark"
 )
 
@@ -304,6 +305,30 @@ func TestShortText(t *testing.T) {
 	n := rep.Calibration.Tokens
 	if want := fmt.Sprintf("gives %d tokens, fewer than the budget of %d", n, 1<<20); n <= 0 || !strings.Contains(log.String(), want) {
 		t.Errorf("%d tokens; log %q", n, log.String())
+	}
+}
+
+// TestOneTokenChunk: a sample one token longer than the chunk length ends
+// in a chunk of one token, which the float stream of the float target
+// runs on the checkpoint's bf16 weights like any other chunk.
+func TestOneTokenChunk(t *testing.T) {
+	in := fixturestest.Tiny(t, false)
+	dir := t.TempDir()
+	texts := strings.Split(corpus.Calib, "\n---\n")[:4]
+	tok, err := tokenizer.Load(filepath.Join(in, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := tok.Encode(texts[0], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := filepath.Join(dir, "s.txt")
+	os.WriteFile(samples, []byte(strings.Join(texts, "\n---\n")), 0o644)
+	c := &Calibrator{Files: []string{samples}, Budget: 1 << 20, SeqLen: len(ids) - 1, FloatTarget: 0.25}
+	rep := runGPTQ(t, in, filepath.Join(dir, "q"), c, false)
+	if len(rep.Tensors) != 4*5 {
+		t.Errorf("%d tensors reported", len(rep.Tensors))
 	}
 }
 
