@@ -21,8 +21,8 @@ import (
 	"sparkconv/outdir"
 	"sparkconv/quant"
 	"sparkconv/safetensors"
-	"sparkconv/tokenizer"
 	"sparkconv/spark"
+	"sparkconv/tokenizer"
 )
 
 // testBudget keeps the tiny fixture's calibration near a second while
