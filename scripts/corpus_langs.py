@@ -9,8 +9,9 @@ rendered by `man -E UTF-8 -l` at MANWIDTH=1000 (no wrapping, no
 hyphenation) and `col -bx`, runs of white space in a line squeezed to one
 space, paragraphs one per line: the page's paragraphs are cut, in order,
 into blocks of whole paragraphs of at least SIZE characters, and block N
-is taken. The pages are from packages none of the held-out sets reads
-(testdata/real/SOURCES.md); scripts/real_heldout_agent.py --check
+is taken. No held-out set reads these pages (testdata/real/SOURCES.md:
+the agent set's pages are dpkg's, shadow's and psmisc's, heldout.txt's
+man-db's Simplified Chinese ones); scripts/real_heldout_agent.py --check
 testdata/real/heldout-agent.txt finds no run shared with the result.
 
 usage: python3 scripts/corpus_langs.py > samples.txt
