@@ -319,16 +319,24 @@ func TestOneTokenChunk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := tok.Encode(texts[0], true)
-	if err != nil {
-		t.Fatal(err)
+	var first, all int // the first sample's tokens, every sample's
+	for i, text := range texts {
+		ids, err := tok.Encode(text, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = len(ids)
+		}
+		all += len(ids)
 	}
 	samples := filepath.Join(dir, "s.txt")
 	os.WriteFile(samples, []byte(strings.Join(texts, "\n---\n")), 0o644)
-	c := &Calibrator{Files: []string{samples}, Budget: 1 << 20, SeqLen: len(ids) - 1, FloatTarget: 0.25}
+	c := &Calibrator{Files: []string{samples}, Budget: 1 << 20, SeqLen: first - 1, FloatTarget: 0.25}
 	rep := runGPTQ(t, in, filepath.Join(dir, "q"), c, false)
-	if len(rep.Tensors) != 4*5 {
-		t.Errorf("%d tensors reported", len(rep.Tensors))
+	// Every token ran, the first sample's last one as a chunk of its own.
+	if len(rep.Tensors) != 4*5 || rep.Calibration.Tokens != int64(all) {
+		t.Errorf("%d tensors reported, %d tokens run, want 20 and %d", len(rep.Tensors), rep.Calibration.Tokens, all)
 	}
 }
 
